@@ -11,7 +11,7 @@ import traceback
 
 def main() -> int:
     from . import exitcodes
-    from .cluster import ConfigError, parse_config
+    from .cluster import STEP_DELAY_ENV, ConfigError, parse_config
     from .exits import Exit
 
     started = time.monotonic()
@@ -21,9 +21,9 @@ def main() -> int:
         return fail(exitcodes.CONFIG, f"bad configuration: {err}")
     name = f"{cfg.role}-{cfg.index}"
     try:
-        delay_ms = float(os.environ.get("SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "0") or 0)
+        delay_ms = float(os.environ.get(STEP_DELAY_ENV, "0") or 0)
     except ValueError:
-        return fail(exitcodes.CONFIG, "bad configuration: SYNCREPLICAS_DEBUG_STEP_DELAY_MS: "
+        return fail(exitcodes.CONFIG, f"bad configuration: {STEP_DELAY_ENV}: "
                     "must be a number of milliseconds")
     if cfg.role != "chief":
         # Replicas other than the chief have nothing to save: stop at once.
@@ -47,7 +47,9 @@ def main() -> int:
 
     tf.compat.v1.disable_eager_execution()
     tf.get_logger().setLevel("ERROR")  # deprecation notices of the v1 API we use on purpose
-    from .replica import Context, run_chief, run_worker
+    from .chief import run_chief
+    from .context import Context
+    from .worker import run_worker
 
     imported = time.monotonic()
     model_fn = None
@@ -99,16 +101,15 @@ def op_error_summary(message: str | None) -> str:
 
 
 def fail(code: int, reason: str) -> int:
-    from . import exitcodes
+    """Print the contract's one-line reason; the caller returns ``code``."""
+    from .exitcodes import exit_line
 
-    print(f"syncreplicas: {exitcodes.NAMES.get(code, 'EXIT')} ({code}): {reason}",
-          file=sys.stderr, flush=True)
+    print(exit_line(code, reason), file=sys.stderr, flush=True)
     return code
 
 
 def _sigterm_exit() -> None:
-    print("syncreplicas: EXIT (143): stopped by SIGTERM", file=sys.stderr, flush=True)
-    os._exit(143)
+    os._exit(fail(128 + signal.SIGTERM, "stopped by SIGTERM"))
 
 
 if __name__ == "__main__":
@@ -116,9 +117,7 @@ if __name__ == "__main__":
         code = main()
     except Exception:
         traceback.print_exc()
-        print("syncreplicas: EXIT (1): unexpected error (traceback above)", file=sys.stderr,
-              flush=True)
-        code = 1
+        code = fail(1, "unexpected error (traceback above)")
     sys.stdout.flush()
     sys.stderr.flush()
     # Daemon threads may sit in TensorFlow calls (the chief's sync loop waits for gradients

@@ -17,6 +17,8 @@ OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "rmsprop")
 CHIEF_RESTART_POLICIES = ("ResetSyncState", "RestartJob", "Fail")
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
 ADDRESS_RE = re.compile(r"^[^\s:/]+:\d{1,5}$")
+# A test and benchmark hook, not for production: sleep this many ms before every step.
+STEP_DELAY_ENV = "SYNCREPLICAS_DEBUG_STEP_DELAY_MS"
 
 
 class ConfigError(ValueError):
@@ -86,11 +88,6 @@ class ClusterConfig:
         if self.role == "worker":
             return 1 + self.index
         return -1
-
-    @property
-    def job_name(self) -> str:
-        """The TF device job name of this process: ``/job:<job_name>/task:<index>``."""
-        return self.role
 
     @property
     def device(self) -> str:

@@ -4,7 +4,7 @@ State kept in PS variables outside every sync epoch (read and written by short p
 per training step):
 
 - ``epoch``: id of the current sync epoch (random, nonzero; names the PS container);
-- ``phase``: RESETTING -> GATHERING (replicas join) -> RUNNING (tokens flowing) -> DONE;
+- ``phase``: a :class:`~.phases.Phase`, RESETTING -> GATHERING -> RUNNING -> DONE;
 - ``ready[r]``: the epoch replica r has joined (chief = 0, worker i = 1 + i);
 - ``done[r]``: 1 once replica r saw the end of training;
 - one "done" queue per PS: the PS process blocks on it and exits 0 when the chief fills it.
@@ -21,66 +21,60 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from . import names
 from .cluster import ClusterConfig
-from .graph import GLOBAL_STEP_DEVICE, token_queue
+from .graph import token_queue
+from .phases import Phase
+from .session import session_config
 
 v1 = tf.compat.v1
 
-NONE, RESETTING, GATHERING, RUNNING, DONE = 0, 1, 2, 3, 4
-PHASE_NAMES = {NONE: "none", RESETTING: "resetting", GATHERING: "gathering", RUNNING: "running",
-               DONE: "done"}
 # Errors that mean "a peer is not there (yet)": retried within a bounded wait.
 PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                tf.errors.AbortedError, tf.errors.CancelledError)
 
 
 def ps_done_queue(ps_index: int) -> Any:
-    with tf.device(f"/job:ps/task:{ps_index}"):
+    """The queue PS ``ps_index`` blocks on; the chief fills it when training finished."""
+    with tf.device(names.ps_device(ps_index)):
         return v1.FIFOQueue(-1, tf.int32, shapes=[()],
-                            shared_name=f"syncreplicas_ps_done_{ps_index}",
-                            name=f"syncreplicas_ps_done_{ps_index}")
-
-
-def session_config(cfg: ClusterConfig) -> Any:
-    """Only the PS and this task: no waiting for (or routing through) the other replicas."""
-    return v1.ConfigProto(device_filters=["/job:ps", cfg.device])
+                            shared_name=names.ps_done_queue_name(ps_index),
+                            name=names.ps_done_queue_name(ps_index))
 
 
 @dataclass(frozen=True)
 class SyncState:
+    """One read of the protocol variables."""
+
     initialized: bool
     epoch: int = 0
-    phase: int = NONE
+    phase: Phase = Phase.NONE
     ready: tuple[int, ...] = ()
     done: tuple[int, ...] = ()
     global_step: int | None = None
 
 
-class ControlPlane:
-    """A session of this replica on the control graph. Safe to use from several threads."""
+class SyncProtocol:
+    """A session of this replica on the protocol graph. Safe to use from several threads."""
 
     def __init__(self, cfg: ClusterConfig, target: str) -> None:
         self.cfg = cfg
         total = cfg.total_replicas
         self.graph = tf.Graph()
         self._close_ops: dict[int, Any] = {}
-        with self.graph.as_default(), tf.device(GLOBAL_STEP_DEVICE):
-            kw: dict[str, Any] = {"trainable": False, "collections": [], "use_resource": True}
-            self.epoch = v1.get_variable("syncreplicas/epoch", [], tf.int64,
-                                         initializer=v1.zeros_initializer(), **kw)
-            self.phase = v1.get_variable("syncreplicas/phase", [], tf.int32,
-                                         initializer=v1.zeros_initializer(), **kw)
-            self.ready = v1.get_variable("syncreplicas/ready", [total], tf.int64,
-                                         initializer=v1.zeros_initializer(), **kw)
-            self.done = v1.get_variable("syncreplicas/done", [total], tf.int32,
-                                        initializer=v1.zeros_initializer(), **kw)
-            gs = v1.get_variable("global_step", [], tf.int64, initializer=v1.zeros_initializer(),
-                                 **kw)
+        with self.graph.as_default(), tf.device(names.SYNC_STATE_DEVICE):
+            kw: dict[str, Any] = {"trainable": False, "collections": [], "use_resource": True,
+                                  "initializer": v1.zeros_initializer()}
+            self.epoch = v1.get_variable(names.EPOCH_VARIABLE, [], tf.int64, **kw)
+            self.phase = v1.get_variable(names.PHASE_VARIABLE, [], tf.int32, **kw)
+            self.ready = v1.get_variable(names.READY_VARIABLE, [total], tf.int64, **kw)
+            self.done = v1.get_variable(names.DONE_VARIABLE, [total], tf.int32, **kw)
+            global_step = v1.get_variable(names.GLOBAL_STEP_VARIABLE, [], tf.int64, **kw)
             self._inited = v1.is_variable_initialized(self.epoch)
-            self._gs_inited = v1.is_variable_initialized(gs)
+            self._gs_inited = v1.is_variable_initialized(global_step)
             self._read = [self.epoch.read_value(), self.phase.read_value(),
                           self.ready.read_value(), self.done.read_value()]
-            self._read_gs = gs.read_value()
+            self._read_gs = global_step.read_value()
             self._init = tf.group(self.epoch.initializer, self.phase.initializer,
                                   self.ready.initializer, self.done.initializer)
             self._p_int = v1.placeholder(tf.int64, [])
@@ -93,7 +87,7 @@ class ControlPlane:
         with self.graph.as_default():
             self._probes = []
             for j in range(cfg.parameter_servers):
-                with tf.device(f"/job:ps/task:{j}"):
+                with tf.device(names.ps_device(j)):
                     self._probes.append(tf.timestamp())
             self._ps_done = [ps_done_queue(j).enqueue(1) for j in range(cfg.parameter_servers)]
         self._target = target
@@ -162,7 +156,7 @@ class ControlPlane:
         if not inited:
             return SyncState(initialized=False, global_step=gs)
         epoch, phase, ready, done = self.run(self._read)
-        return SyncState(True, int(epoch), int(phase), tuple(int(x) for x in ready),
+        return SyncState(True, int(epoch), Phase(int(phase)), tuple(int(x) for x in ready),
                          tuple(int(x) for x in done), gs)
 
     # -- writes -------------------------------------------------------------------
@@ -170,8 +164,8 @@ class ControlPlane:
         if not self.run(self._inited):
             self.run(self._init)
 
-    def set_phase(self, phase: int) -> None:
-        self.run(self._set_phase, {self._p_int: phase})
+    def set_phase(self, phase: Phase) -> None:
+        self.run(self._set_phase, {self._p_int: int(phase)})
 
     def set_epoch(self, epoch: int) -> None:
         self.run(self._set_epoch, {self._p_int: epoch})

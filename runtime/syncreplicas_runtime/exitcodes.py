@@ -29,3 +29,8 @@ def is_retryable(code: int) -> bool:
 def describe(code: int) -> str:
     """A short name for logs and status messages, e.g. ``CONFIG (64)``."""
     return f"{NAMES.get(code, 'EXIT')} ({code})"
+
+
+def exit_line(code: int, reason: str) -> str:
+    """The one line every non-zero exit prints to stderr first (docs/contract.md)."""
+    return f"syncreplicas: {describe(code)}: {reason}"

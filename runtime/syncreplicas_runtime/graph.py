@@ -24,25 +24,16 @@ import tensorflow as tf
 
 from .cluster import ClusterConfig
 from .model import BuiltModel, build_model
+from .names import CHIEF_STARTS_VARIABLE, SYNC_STATE_DEVICE, container_name, token_queue_name
 
 v1 = tf.compat.v1
 
-GLOBAL_STEP_DEVICE = "/job:ps/task:0"
 TOKEN_DTYPE = tf.int64
-
-
-def container_name(epoch: int) -> str:
-    """The PS resource container that holds one sync epoch's queues and accumulators."""
-    return f"syncreplicas.epoch.{epoch:x}"  # letters, digits and dots only
-
-
-def token_queue_name(replica: int) -> str:
-    return f"syncreplicas_token_{replica}"
 
 
 def token_queue(replica: int, epoch: int) -> Any:
     """The token queue of ``replica`` in ``epoch`` (same attributes wherever it is built)."""
-    with tf.device(GLOBAL_STEP_DEVICE), v1.container(container_name(epoch)):
+    with tf.device(SYNC_STATE_DEVICE), v1.container(container_name(epoch)):
         return v1.FIFOQueue(-1, TOKEN_DTYPE, shapes=[()], shared_name=token_queue_name(replica),
                             name=token_queue_name(replica))
 
@@ -125,19 +116,19 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
     """Build everything one replica runs in ``epoch``. Raises ModelError for a bad model."""
     t = cfg.training
     total = cfg.total_replicas
-    rid = cfg.replica_id
+    replica = cfg.replica_id
     graph = tf.Graph()
     with graph.as_default():
         v1.set_random_seed(t.seed)
-        with tf.device(GLOBAL_STEP_DEVICE):
+        with tf.device(SYNC_STATE_DEVICE):
             global_step = v1.train.get_or_create_global_step()
-            chief_starts = v1.get_variable("syncreplicas/chief_starts", [], tf.int64,
+            chief_starts = v1.get_variable(CHIEF_STARTS_VARIABLE, [], tf.int64,
                                            initializer=v1.zeros_initializer(), trainable=False)
         cluster = tf.train.ClusterSpec({k: list(v) for k, v in cfg.cluster.items()})
         setter = v1.train.replica_device_setter(cluster=cluster, worker_device=cfg.device)
         with v1.device(setter):
             built = build_model(model_fn, entrypoint=cfg.model.entrypoint, args=cfg.model.args,
-                                replica=rid, num_replicas=total, batch_size=t.batch_size,
+                                replica=replica, num_replicas=total, batch_size=t.batch_size,
                                 seed=t.seed)
             opt = make_optimizer(t.optimizer, t.learning_rate)
             sync_opt = v1.train.SyncReplicasOptimizer(
@@ -152,7 +143,7 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         shares = tokens_per_replica(total, cfg.replicas_to_aggregate, cfg.initial_tokens)
         queues = [token_queue(i, epoch) for i in range(total)]
         own = f"{cfg.device}/device:CPU:0"
-        with tf.device(GLOBAL_STEP_DEVICE):
+        with tf.device(SYNC_STATE_DEVICE):
             # Read before the push, not after: when this push is the R-th, the update can
             # advance the global step before a later read, and an accepted gradient would
             # look stale. Read first, it can only miss a drop that happens in that instant.
@@ -160,7 +151,7 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             for op in apply_ops:
                 op._add_control_input(gs_at_push.op)
             with tf.control_dependencies(apply_ops):
-                token = queues[rid].dequeue()
+                token = queues[replica].dequeue()
             with tf.control_dependencies([token]):
                 gs_after = global_step.read_value()
         with tf.device(own):
@@ -171,7 +162,7 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             train_op = sync_opt._local_step.assign(gs_after, read_value=False)
         fetches = {"train": train_op, "loss": built.loss, "gs_at_push": gs_at_push,
                    "gs_after": gs_after, "t_pushed": t_pushed, "t_token": t_token}
-        with tf.device(GLOBAL_STEP_DEVICE):
+        with tf.device(SYNC_STATE_DEVICE):
             with tf.control_dependencies([update_op]):
                 gs_new = global_step.read_value()
                 top_ups = []

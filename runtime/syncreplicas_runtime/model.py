@@ -82,3 +82,31 @@ def build_model(func: Callable[..., Any], *, entrypoint: str, args: Mapping[str,
     ):
         raise ModelError(f"model {entrypoint!r}: 'eval' must map names to scalar tensors")
     return BuiltModel(loss=loss, feed=feed, eval=dict(evals), eval_feed=out.get("eval_feed"))
+
+
+def check_entrypoint_main(argv: list[str]) -> int:
+    """``python -m syncreplicas_runtime.model ENTRYPOINT``: does the entrypoint load?
+
+    Exit 0 when it imports and is callable; otherwise exit 65 (MODEL) with the contract's
+    one line on stderr. The local runner calls this before it starts any process.
+    """
+    import sys
+
+    from .exitcodes import MODEL, exit_line
+
+    if len(argv) != 1:
+        print("usage: python -m syncreplicas_runtime.model package.module:function",
+              file=sys.stderr)
+        return 2
+    try:
+        load_entrypoint(argv[0])
+    except ModelError as err:
+        print(exit_line(MODEL, str(err)), file=sys.stderr, flush=True)
+        return MODEL
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(check_entrypoint_main(sys.argv[1:]))

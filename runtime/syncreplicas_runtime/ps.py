@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import tensorflow as tf
 
 from . import exitcodes
+from .context import Context
 from .control import ps_done_queue
+from .session import open_session
 
 v1 = tf.compat.v1
 
 
-def run_ps(ctx: Any) -> int:
+def run_ps(ctx: Context) -> int:
     """Block on this PS's "done" queue (instead of ``server.join()``, which never returns)."""
     cfg = ctx.cfg
     graph = tf.Graph()
     with graph.as_default():
         wait_done = ps_done_queue(cfg.index).dequeue()
-    sess = v1.Session(ctx.server.target, graph=graph,
-                      config=v1.ConfigProto(device_filters=[cfg.device]))
+    sess = open_session(cfg, ctx.server.target, graph)
     ctx.readiness.ready = True
     ctx.metrics.ready.set(1)
     ctx.log(f"serving on {cfg.address}")

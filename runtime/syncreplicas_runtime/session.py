@@ -9,20 +9,27 @@ from typing import Any
 import tensorflow as tf
 
 from .cluster import ClusterConfig
-from .control import session_config
 from .graph import TrainingGraph
 
 v1 = tf.compat.v1
 
 
+def session_config(cfg: ClusterConfig) -> Any:
+    """Only the PS and this task: no waiting for (or routing through) the other replicas.
+
+    A PS sees only itself. Without these filters a session waits for every task in the
+    cluster spec, which is what makes stock workers sleep 30 s before their first step.
+    """
+    if cfg.role == "ps":
+        return v1.ConfigProto(device_filters=[cfg.device])
+    return v1.ConfigProto(device_filters=["/job:ps", cfg.device])
+
+
 def start_server(cfg: ClusterConfig) -> Any:
     """This process's gRPC server, bound to its own address's port on all interfaces."""
     spec = tf.train.ClusterSpec({k: list(v) for k, v in cfg.cluster.items()})
-    config = v1.ConfigProto(device_filters=["/job:ps", cfg.device])
-    if cfg.role == "ps":
-        config = v1.ConfigProto(device_filters=[cfg.device])
-    return tf.distribute.Server(spec, job_name=cfg.role, task_index=cfg.index, config=config,
-                                start=True)
+    return tf.distribute.Server(spec, job_name=cfg.role, task_index=cfg.index,
+                                config=session_config(cfg), start=True)
 
 
 def open_session(cfg: ClusterConfig, target: str, graph: Any) -> Any:
@@ -38,7 +45,8 @@ def checkpoint_prefix(directory: str) -> str:
     return os.path.join(directory, "model.ckpt")
 
 
-def restore_or_initialize(sess: Any, tg: TrainingGraph, checkpoint_dir: str) -> tuple[str, int]:
+def restore_or_initialize(sess: Any, training: TrainingGraph,
+                          checkpoint_dir: str) -> tuple[str, int]:
     """Bring the variables on the PS to a consistent state; returns (how, global step).
 
     - every variable already initialized (the PS outlived the chief): keep them as they are;
@@ -47,23 +55,23 @@ def restore_or_initialize(sess: Any, tg: TrainingGraph, checkpoint_dir: str) -> 
       restore it onto every PS, so all variables come from the same step;
     - no checkpoint: initialize only what is missing.
     """
-    missing = {name.decode() for name in sess.run(tg.report_uninitialized)}
+    missing = {name.decode() for name in sess.run(training.report_uninitialized)}
     how = "kept"
     if missing:
         latest = v1.train.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
         if latest:
-            tg.saver.restore(sess, latest)
+            training.saver.restore(sess, latest)
             how = f"restored {os.path.basename(latest)}"
         else:
-            with tg.graph.as_default():
+            with training.graph.as_default():
                 todo = [v for v in v1.global_variables() if v.op.name in missing]
                 sess.run(v1.variables_initializer(todo))
-            how = "initialized" if len(todo) == len(tg.graph.get_collection("variables")) \
+            how = "initialized" if len(todo) == len(training.graph.get_collection("variables")) \
                 else f"initialized {len(todo)} missing variables"
-    return how, int(sess.run(tg.global_step))
+    return how, int(sess.run(training.global_step))
 
 
-def save_checkpoint(sess: Any, tg: TrainingGraph, checkpoint_dir: str, step: int) -> str:
+def save_checkpoint(sess: Any, training: TrainingGraph, checkpoint_dir: str, step: int) -> str:
     os.makedirs(checkpoint_dir, exist_ok=True)
-    return str(tg.saver.save(sess, checkpoint_prefix(checkpoint_dir), global_step=step,
+    return str(training.saver.save(sess, checkpoint_prefix(checkpoint_dir), global_step=step,
                              write_meta_graph=False))

@@ -81,3 +81,22 @@ def test_exit_code_and_reason(name: str, outcomes: dict[str, tuple[int | None, s
     lines = [ln for ln in stderr.splitlines() if ln.startswith("syncreplicas: ")]
     assert len(lines) == 1, stderr
     assert reason in lines[0]
+
+
+@pytest.mark.parametrize(("entrypoint", "code", "reason"), [
+    ("syncreplicas_runtime.models.linear:build", 0, None),
+    ("nowhere.models:build", 65, "MODEL (65): model.entrypoint 'nowhere.models:build': "
+                                 "cannot import 'nowhere.models'"),
+    ("syncreplicas_runtime.models.linear:nothing", 65, "has no 'nothing'"),
+])
+def test_entrypoint_check_command(entrypoint: str, code: int, reason: str | None) -> None:
+    """``python -m syncreplicas_runtime.model``: what the local runner asks before a run."""
+    proc = subprocess.run([sys.executable, "-m", "syncreplicas_runtime.model", entrypoint],
+                          env={**os.environ, **runtime_env()}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == code, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("syncreplicas: ")]
+    if reason is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and reason in lines[0], proc.stderr

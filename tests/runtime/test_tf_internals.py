@@ -16,6 +16,7 @@ v1 = tf.compat.v1
 from syncreplicas_runtime import graph as G  # noqa: E402
 from syncreplicas_runtime.cluster import parse_config  # noqa: E402
 from syncreplicas_runtime.model import ModelError, load_entrypoint  # noqa: E402
+from syncreplicas_runtime.names import container_name  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -52,7 +53,7 @@ def test_private_attributes_and_graph_shape(optimizer: str) -> None:
     ops = tg.graph.get_operations()
     accumulators = [op for op in ops if op.type == "ResourceConditionalAccumulator"]
     assert len(accumulators) == 2  # linear: w and b
-    container = G.container_name(0xABC).encode()
+    container = container_name(0xABC).encode()
     assert {op.get_attr("container") for op in accumulators} == {container}
     assert {op.device for op in accumulators} == {"/job:ps/task:0", "/job:ps/task:1"}
     # Variables and slots stay outside the epoch's container.

@@ -20,3 +20,12 @@ def test_same_numbers_on_both_sides() -> None:
 def test_retryable(code: int, retry: bool) -> None:
     assert rt.is_retryable(code) is retry
     assert op.is_retryable(code) is retry
+
+
+@pytest.mark.parametrize(("code", "line"), [
+    (64, "syncreplicas: CONFIG (64): bad field"),
+    (75, "syncreplicas: RETRY (75): bad field"),
+    (143, "syncreplicas: EXIT (143): bad field"),
+])
+def test_exit_line(code: int, line: str) -> None:
+    assert rt.exit_line(code, "bad field") == line

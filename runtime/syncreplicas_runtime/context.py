@@ -1,0 +1,78 @@
+"""One replica process's context: its configuration, metrics, logging and liveness watchdog."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import exitcodes
+from .cluster import ClusterConfig
+from .exits import Exit
+from .graph import TrainingGraph, build_training_graph
+from .metrics import RuntimeMetrics
+from .model import ModelError
+
+
+@dataclass
+class Context:
+    """What every part of one replica process shares."""
+
+    cfg: ClusterConfig
+    server: Any
+    metrics: RuntimeMetrics
+    readiness: Any
+    model_fn: Any
+    name: str
+    step_delay: float = 0.0
+    last_progress: float = field(default_factory=time.monotonic)
+    watchdog_armed: bool = False
+    local_steps: int = 0
+    # The chief's current epoch, for a graceful stop from the SIGTERM thread.
+    session: Any = None
+    graph: TrainingGraph | None = None
+    last_checkpoint: int = -1
+    stopping: bool = False
+
+    def log(self, msg: str) -> None:
+        stamp = time.strftime("%H:%M:%S", time.gmtime())
+        print(f"{stamp} syncreplicas {self.name}: {msg}", flush=True)
+
+    def progress(self) -> None:
+        self.last_progress = time.monotonic()
+
+    def build_graph(self, epoch: int) -> TrainingGraph:
+        """This replica's training graph for ``epoch``; a broken model ends the process (65)."""
+        try:
+            return build_training_graph(self.cfg, self.model_fn, epoch)
+        except ModelError as err:
+            raise Exit(exitcodes.MODEL, str(err)) from err
+
+    def set_ready(self, ready: bool) -> None:
+        """Readiness for /readyz and the ``syncreplicas_ready`` gauge, always together."""
+        self.readiness.ready = ready
+        self.metrics.ready.set(1 if ready else 0)
+
+
+def exit_now(code: int, reason: str) -> None:
+    """Print the contract's one-line reason and end the process at once."""
+    print(exitcodes.exit_line(code, reason), file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def start_watchdog(ctx: Context) -> None:
+    """A worker that sees no progress for chiefLostTimeoutSeconds exits 75 (never hangs)."""
+    limit = ctx.cfg.training.chief_lost_timeout_seconds
+
+    def watch() -> None:
+        while True:
+            time.sleep(min(1.0, limit / 4))
+            if ctx.watchdog_armed and time.monotonic() - ctx.last_progress > limit:
+                exit_now(exitcodes.RETRY, f"no token and no new sync epoch for {limit:.0f}s: "
+                         "the chief is gone")
+
+    threading.Thread(target=watch, name="watchdog", daemon=True).start()

@@ -1,0 +1,38 @@
+"""Names of what the runtime keeps on the parameter servers (pure: strings only).
+
+The PS resources of a sync epoch live in their own resource container, and queues are
+found by ``shared_name``: every replica that builds the same name reaches the same queue, so
+these names are the protocol as much as the ops are.
+"""
+
+from __future__ import annotations
+
+# Global step, protocol variables and the token queues live on PS task 0.
+SYNC_STATE_DEVICE = "/job:ps/task:0"
+
+# Protocol variables on PS 0, outside every sync epoch's container.
+EPOCH_VARIABLE = "syncreplicas/epoch"
+PHASE_VARIABLE = "syncreplicas/phase"
+READY_VARIABLE = "syncreplicas/ready"
+DONE_VARIABLE = "syncreplicas/done"
+CHIEF_STARTS_VARIABLE = "syncreplicas/chief_starts"
+GLOBAL_STEP_VARIABLE = "global_step"
+
+
+def ps_device(index: int) -> str:
+    return f"/job:ps/task:{index}"
+
+
+def container_name(epoch: int) -> str:
+    """The PS resource container that holds one sync epoch's queues and accumulators."""
+    return f"syncreplicas.epoch.{epoch:x}"  # letters, digits and dots only
+
+
+def token_queue_name(replica: int) -> str:
+    """The token queue of one replica (chief = 0, worker i = 1 + i)."""
+    return f"syncreplicas_token_{replica}"
+
+
+def ps_done_queue_name(ps_index: int) -> str:
+    """The queue a PS blocks on until the chief says training finished."""
+    return f"syncreplicas_ps_done_{ps_index}"

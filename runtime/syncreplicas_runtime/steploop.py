@@ -1,0 +1,95 @@
+"""One training step and its metrics, and the wait for a phase: shared by chief and workers."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import exitcodes
+from .context import Context
+from .control import SyncProtocol
+from .exits import Exit
+from .graph import TrainingGraph
+from .phases import Phase
+
+POLL = 0.02
+# After a chief restart a replica may wait this much longer than its own timeouts for the
+# gate (the chief waits up to this long for replicas that are themselves restarting).
+REJOIN_GATE_SECONDS = 15.0
+
+
+class EpochEnded(Exception):
+    """The current sync epoch ended under this replica (reason in args)."""
+
+
+class StepLoop:
+    """Runs training steps of one replica in one epoch and records their metrics."""
+
+    def __init__(self, ctx: Context, sess: Any, training: TrainingGraph, tag: int) -> None:
+        self.ctx, self.sess, self.training, self.tag = ctx, sess, training, tag
+        self.window_start = time.monotonic()
+        self.window_step = tag
+        self.last_eval = tag
+
+    def step(self) -> int:
+        """One training step; returns the global step after it. Raises TF errors."""
+        ctx, m = self.ctx, self.ctx.metrics
+        model = self.training.model
+        feed = model.feed(self.tag) if model.feed else None
+        if ctx.step_delay:
+            time.sleep(ctx.step_delay)
+        t0 = time.monotonic()
+        out = self.sess.run(self.training.fetches, feed_dict=feed)
+        took = time.monotonic() - t0
+        staleness = max(0, int(out["gs_at_push"]) - self.tag)
+        m.gradients_pushed.inc()
+        m.staleness.observe(staleness)
+        if staleness > 0:
+            m.stale_dropped.inc()
+        m.tokens_consumed.inc()
+        m.token_wait.observe(max(0.0, float(out["t_token"] - out["t_pushed"])))
+        m.step_duration.observe(took + ctx.step_delay)
+        m.examples.inc(ctx.cfg.training.batch_size)
+        m.loss.set(float(out["loss"]))
+        ctx.local_steps += 1
+        if ctx.local_steps == 1:
+            ctx.log(f"first step done at unix time {time.time():.3f} "
+                    f"(global step {out['gs_after']})")
+        m.local_step.set(ctx.local_steps)
+        self.tag = int(out["gs_after"])
+        m.global_step.set(self.tag)
+        ctx.progress()
+        every = ctx.cfg.training.log_every_steps
+        if self.tag // every > self.window_step // every:
+            now = time.monotonic()
+            rate = (self.tag - self.window_step) / max(now - self.window_start, 1e-9)
+            ctx.log(f"global_step={self.tag} local_step={ctx.local_steps} "
+                    f"steps/s={rate:.1f} loss={float(out['loss']):.6g}")
+            self.window_start, self.window_step = now, self.tag
+        return self.tag
+
+
+def wait_for_phase(ctx: Context, protocol: SyncProtocol, epoch: int, want: Phase) -> None:
+    """Block until the chief moves ``epoch`` to ``want``; EpochEnded if the epoch changes.
+
+    The gate may legitimately stay closed for up to startupTimeoutSeconds (a fresh job
+    waits for every replica), so this wait has its own bound instead of the watchdog's.
+    """
+    t = ctx.cfg.training
+    limit = max(t.startup_timeout_seconds, t.chief_lost_timeout_seconds) + REJOIN_GATE_SECONDS
+    deadline = time.monotonic() + limit
+    ctx.watchdog_armed = False
+    while True:
+        state = protocol.state()
+        if state.phase == Phase.DONE:
+            raise EpochEnded("done")
+        if state.epoch != epoch:
+            raise EpochEnded("the chief opened another sync epoch")
+        if state.phase >= want:
+            ctx.progress()
+            ctx.watchdog_armed = True
+            return
+        if time.monotonic() > deadline:
+            raise Exit(exitcodes.RETRY, f"the chief did not open the start gate within "
+                       f"{limit:.0f}s")
+        time.sleep(POLL)

@@ -1,0 +1,109 @@
+"""A worker replica: join the current sync epoch, train, rejoin the next one, finish."""
+
+from __future__ import annotations
+
+import time
+
+import tensorflow as tf
+
+from . import exitcodes
+from .context import Context, start_watchdog
+from .control import PEER_ERRORS, SyncProtocol, SyncState
+from .exits import Exit
+from .phases import Phase
+from .session import close_quietly, open_session
+from .steploop import POLL, EpochEnded, StepLoop, wait_for_phase
+
+
+def run_worker(ctx: Context) -> int:
+    cfg = ctx.cfg
+    protocol = SyncProtocol(cfg, ctx.server.target)
+    try:
+        protocol.wait_for_ps(time.monotonic() + cfg.training.startup_timeout_seconds)
+    except PEER_ERRORS as err:
+        raise Exit(exitcodes.UNREACHABLE, f"PS not reachable within "
+                   f"{cfg.training.startup_timeout_seconds:.0f}s: {type(err).__name__}") from err
+    start_watchdog(ctx)
+    left: int | None = None
+    first = True
+    while True:
+        limit = (cfg.training.startup_timeout_seconds if first
+                 else cfg.training.chief_lost_timeout_seconds)
+        state = wait_for_epoch(ctx, protocol, left, limit)
+        if state.phase == Phase.DONE:
+            return finish_worker(ctx, protocol)
+        first = False
+        epoch = state.epoch
+        try:
+            result = train_epoch(ctx, protocol, epoch)
+        except EpochEnded as why:
+            result = str(why)
+        if result == "done":
+            return finish_worker(ctx, protocol)
+        ctx.metrics.sync_resets.inc()
+        ctx.set_ready(False)
+        ctx.log(f"left sync epoch {epoch:x}: {result}; rejoining")
+        left = epoch
+        ctx.progress()
+
+
+def wait_for_epoch(ctx: Context, protocol: SyncProtocol, left: int | None,
+                   limit: float) -> SyncState:
+    """The next sync epoch to join (not ``left``), or the DONE state."""
+    deadline = time.monotonic() + limit
+    ctx.watchdog_armed = False  # this wait has its own bound
+    joinable = (Phase.RESETTING, Phase.GATHERING, Phase.RUNNING)
+    while True:
+        try:
+            state = protocol.state()
+            if state.initialized and (state.phase == Phase.DONE or (
+                    state.phase in joinable and state.epoch not in (0, left))):
+                return state
+        except PEER_ERRORS:
+            protocol.reopen()
+        if time.monotonic() > deadline:
+            raise Exit(exitcodes.RETRY, f"the chief opened no sync epoch within {limit:.0f}s")
+        time.sleep(POLL * 2)
+
+
+def train_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
+    """Train in ``epoch`` until it ends; returns "done" or why the epoch ended."""
+    cfg = ctx.cfg
+    training = ctx.build_graph(epoch)
+    sess = open_session(cfg, ctx.server.target, training.graph)
+    try:
+        wait_for_phase(ctx, protocol, epoch, Phase.GATHERING)  # the chief restored variables
+        sess.run(training.local_init_op)
+        tag = int(sess.run(training.global_step))
+        protocol.set_ready(cfg.replica_id, epoch)
+        wait_for_phase(ctx, protocol, epoch, Phase.RUNNING)
+        ctx.set_ready(True)
+        ctx.log(f"training in sync epoch {epoch:x} from global step {tag} "
+                f"at unix time {time.time():.3f}")
+        loop = StepLoop(ctx, sess, training, tag)
+        if tag >= cfg.training.max_steps:
+            return "done"
+        while loop.step() < cfg.training.max_steps:
+            pass
+        return "done"
+    except tf.errors.OutOfRangeError:
+        state = protocol.state()
+        return "done" if state.phase == Phase.DONE else "its token queue was closed"
+    except PEER_ERRORS as err:
+        protocol.reopen()
+        return f"lost a PS ({type(err).__name__})"
+    finally:
+        ctx.watchdog_armed = False
+        close_quietly(sess)
+
+
+def finish_worker(ctx: Context, protocol: SyncProtocol) -> int:
+    """Exit 0 only when the global step really reached maxSteps."""
+    state = protocol.state()
+    global_step = state.global_step or 0
+    if global_step < ctx.cfg.training.max_steps:
+        raise Exit(exitcodes.RETRY, f"training ended at global step {global_step}, before "
+                   f"maxSteps {ctx.cfg.training.max_steps}")
+    protocol.set_done(ctx.cfg.replica_id)
+    ctx.log(f"finished at global step {global_step}")
+    return exitcodes.OK
