@@ -57,7 +57,7 @@ class ClusterConfig:
 
     role: str
     index: int
-    cluster: Mapping[str, tuple[str, ...]]
+    cluster: Mapping[str, Mapping[int, str]]  # job -> task index -> address (may be sparse)
     replicas_to_aggregate: int
     workers: int
     parameter_servers: int
@@ -70,6 +70,11 @@ class ClusterConfig:
     @property
     def address(self) -> str:
         return self.cluster[self.role][self.index]
+
+    @property
+    def ps_addresses(self) -> tuple[str, ...]:
+        """Every parameter server, by task index."""
+        return tuple(self.cluster["ps"][i] for i in range(self.parameter_servers))
 
     @property
     def is_chief(self) -> bool:
@@ -152,22 +157,51 @@ def _json(text: str | None, name: str) -> Mapping[str, Any]:
 
 
 # -- the two parts ------------------------------------------------------------------
-def parse_tf_config(text: str | None) -> tuple[str, int, dict[str, tuple[str, ...]]]:
-    """TF_CONFIG -> (role, index, cluster). Raises ConfigError naming the field."""
+def _addresses(value: Any, where: str) -> dict[int, str]:
+    """One job's addresses: a list (dense: every task) or an object (sparse: some tasks).
+
+    The sparse form is TensorFlow's own ``ClusterSpec`` form ``{"3": "host:port"}``: a
+    replica is told only the tasks it talks to, so its TF_CONFIG does not grow with W. An
+    empty object is a sparse job of which this replica needs no task.
+    """
+    if isinstance(value, Mapping):
+        items: list[tuple[Any, Any]] = list(value.items())
+    elif isinstance(value, list) and value:
+        items = list(enumerate(value))
+    else:
+        raise ConfigError(where, "must be a non-empty list of host:port, or an object of "
+                          "task index -> host:port")
+    out: dict[int, str] = {}
+    for key, addr in items:
+        if isinstance(key, int):
+            index = key
+        elif isinstance(key, str) and key.isdigit():
+            index = int(key)
+        else:
+            raise ConfigError(where, f"task index {key!r} is not a non-negative integer")
+        if not isinstance(addr, str) or not ADDRESS_RE.match(addr):
+            raise ConfigError(f"{where}[{index}]", f"must be host:port, got {addr!r}")
+        out[index] = addr
+    return out
+
+
+def parse_tf_config(text: str | None) -> tuple[str, int, dict[str, dict[int, str]], bool]:
+    """TF_CONFIG -> (role, index, cluster, sparse). Raises ConfigError naming the field.
+
+    ``ps`` and ``chief`` are always complete lists (every replica talks to every PS);
+    ``worker`` may be sparse (an object), and then ``sparse`` is True.
+    """
     doc = _json(text, "TF_CONFIG")
     cluster_raw = _obj(doc.get("cluster"), "TF_CONFIG.cluster")
     task = _obj(doc.get("task"), "TF_CONFIG.task")
-    cluster: dict[str, tuple[str, ...]] = {}
+    cluster: dict[str, dict[int, str]] = {}
     for job, addrs in cluster_raw.items():
         where = f"TF_CONFIG.cluster.{job}"
         if job not in ROLES:
             raise ConfigError(where, f"unknown role (known: {', '.join(ROLES)})")
-        if not isinstance(addrs, list) or not addrs:
-            raise ConfigError(where, "must be a non-empty list of host:port")
-        for i, addr in enumerate(addrs):
-            if not isinstance(addr, str) or not ADDRESS_RE.match(addr):
-                raise ConfigError(f"{where}[{i}]", f"must be host:port, got {addr!r}")
-        cluster[job] = tuple(addrs)
+        if job != "worker" and not isinstance(addrs, list):
+            raise ConfigError(where, "must be a list of host:port (every task)")
+        cluster[job] = _addresses(addrs, where)
     if "ps" not in cluster:
         raise ConfigError("TF_CONFIG.cluster.ps", "is missing (at least one PS is required)")
     if "chief" not in cluster:
@@ -179,10 +213,11 @@ def parse_tf_config(text: str | None) -> tuple[str, int, dict[str, tuple[str, ..
         raise ConfigError("TF_CONFIG.task.type",
                           f"unknown role {role!r} (known: ps, chief, worker)")
     index = _int(task.get("index", 0), "TF_CONFIG.task.index", minimum=0)
-    if role not in cluster or index >= len(cluster[role]):
+    if index not in cluster.get(role, {}):
         size = len(cluster.get(role, ()))
         raise ConfigError("TF_CONFIG.task.index", f"{index} is out of range for {size} {role}")
-    return role, index, cluster
+    sparse = isinstance(cluster_raw.get("worker"), Mapping)
+    return role, index, cluster, sparse
 
 
 _TOP = (
@@ -250,7 +285,7 @@ def parse_job(text: str | None) -> dict[str, Any]:
 
 def parse_config(env: Mapping[str, str]) -> ClusterConfig:
     """The whole configuration of one replica from its environment (a mapping, no I/O)."""
-    role, index, cluster = parse_tf_config(env.get("TF_CONFIG"))
+    role, index, cluster, sparse = parse_tf_config(env.get("TF_CONFIG"))
     job = parse_job(env.get("SYNCREPLICAS_JOB"))
     port_override = env.get("SYNCREPLICAS_METRICS_PORT")
     if port_override is not None and port_override.strip() != "":
@@ -264,8 +299,15 @@ def parse_config(env: Mapping[str, str]) -> ClusterConfig:
     if len(cluster["ps"]) != job["parameter_servers"]:
         raise ConfigError("parameterServers", f"is {job['parameter_servers']} but "
                           f"TF_CONFIG.cluster.ps lists {len(cluster['ps'])}")
-    n_workers = len(cluster.get("worker", ()))
-    if n_workers != job["workers"]:
+    workers = cluster.get("worker", {})
+    if not sparse and len(workers) != job["workers"]:
         raise ConfigError("workers", f"is {job['workers']} but TF_CONFIG.cluster.worker "
-                          f"lists {n_workers}")
+                          f"lists {len(workers)}")
+    if sparse and workers and max(workers) >= job["workers"]:
+        raise ConfigError("workers", f"is {job['workers']} but TF_CONFIG.cluster.worker "
+                          f"names task {max(workers)}")
+    if sparse and role == "ps" and len(workers) != job["workers"]:
+        # A tensor moves by the receiver calling the sender: the PS calls every replica.
+        raise ConfigError("TF_CONFIG.cluster.worker", "a PS needs every worker's address "
+                          "(it fetches their gradients)")
     return ClusterConfig(role=role, index=index, cluster=cluster, **job)

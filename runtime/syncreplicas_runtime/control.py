@@ -115,7 +115,7 @@ class SyncProtocol:
         listening but unresponsive PS can block past RunOptions' timeout, so the run is made
         on a helper thread and abandoned (with its session) when it overruns.
         """
-        for address in self.cfg.cluster["ps"]:
+        for address in self.cfg.ps_addresses:
             host, _, port = address.rpartition(":")
             try:
                 socket.create_connection((host, int(port)), timeout=timeout).close()

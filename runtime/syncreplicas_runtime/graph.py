@@ -25,6 +25,7 @@ import tensorflow as tf
 from .cluster import ClusterConfig
 from .model import BuiltModel, build_model
 from .names import CHIEF_STARTS_VARIABLE, SYNC_STATE_DEVICE, container_name, token_queue_name
+from .session import cluster_spec
 
 v1 = tf.compat.v1
 
@@ -124,8 +125,8 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             global_step = v1.train.get_or_create_global_step()
             chief_starts = v1.get_variable(CHIEF_STARTS_VARIABLE, [], tf.int64,
                                            initializer=v1.zeros_initializer(), trainable=False)
-        cluster = tf.train.ClusterSpec({k: list(v) for k, v in cfg.cluster.items()})
-        setter = v1.train.replica_device_setter(cluster=cluster, worker_device=cfg.device)
+        setter = v1.train.replica_device_setter(cluster=cluster_spec(cfg),
+                                                worker_device=cfg.device)
         with v1.device(setter):
             built = build_model(model_fn, entrypoint=cfg.model.entrypoint, args=cfg.model.args,
                                 replica=replica, num_replicas=total, batch_size=t.batch_size,

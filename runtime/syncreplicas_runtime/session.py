@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
 from .cluster import ClusterConfig
-from .graph import TrainingGraph
+
+if TYPE_CHECKING:  # graph.py builds on this module's cluster_spec
+    from .graph import TrainingGraph
 
 v1 = tf.compat.v1
+
+
+def cluster_spec(cfg: ClusterConfig) -> Any:
+    """The tasks this replica was told about (every PS, the chief, maybe only itself)."""
+    return tf.train.ClusterSpec({k: dict(v) for k, v in cfg.cluster.items() if v})
 
 
 def session_config(cfg: ClusterConfig) -> Any:
@@ -27,8 +34,7 @@ def session_config(cfg: ClusterConfig) -> Any:
 
 def start_server(cfg: ClusterConfig) -> Any:
     """This process's gRPC server, bound to its own address's port on all interfaces."""
-    spec = tf.train.ClusterSpec({k: list(v) for k, v in cfg.cluster.items()})
-    return tf.distribute.Server(spec, job_name=cfg.role, task_index=cfg.index,
+    return tf.distribute.Server(cluster_spec(cfg), job_name=cfg.role, task_index=cfg.index,
                                 config=session_config(cfg), start=True)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -60,6 +61,27 @@ def test_linear_reaches_max_steps_matches_single_process_and_everyone_exits_zero
     b = float(reader.get_tensor("linear/b"))
     np.testing.assert_allclose(w, w_ref, rtol=1e-4, atol=1e-5)
     assert b == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
+
+
+def test_sparse_tf_config_trains_exactly_like_the_full_one(tmp_path: Path) -> None:
+    """Chief and workers told only the PS, the chief and themselves: same weights."""
+    steps, lr = 12, 0.05
+    ckpt = tmp_path / "ckpt"
+    job = linear_job(replicasToAggregate=3, training__maxSteps=steps, training__learningRate=lr,
+                     training__checkpointDir=str(ckpt), training__logEverySteps=100)
+    with start_cluster(job, workers=2, ps=2, workdir=tmp_path, env=runtime_env(),
+                       sparse=True) as cluster:
+        codes = cluster.wait(timeout=240)
+        logs = cluster.logs()
+    assert set(codes.values()) == {0} and len(codes) == 5, logs
+    told = {(r.role, r.index): json.loads(r.env["TF_CONFIG"])["cluster"] for r in cluster.replicas}
+    assert told["chief", 0]["worker"] == {} and len(told["worker", 1]["worker"]) == 1
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(ckpt))
+    w_ref, b_ref, _ = reference_sgd(0, 3, steps, 8, 4, lr)
+    np.testing.assert_allclose(reader.get_tensor("linear/w"), w_ref, rtol=1e-4, atol=1e-5)
+    assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
 
 
 def test_straggler_with_backup_does_not_slow_training(tmp_path: Path) -> None:

@@ -225,13 +225,16 @@ def start_cluster(
     env: dict[str, str] | None = None,
     extra_env_per_replica: dict[tuple[str, int], dict[str, str]] | None = None,
     start: bool = True,
+    sparse: bool = False,
 ) -> LocalCluster:
     """Write TF_CONFIG and SYNCREPLICAS_JOB per replica and start them all.
 
     ``env`` is added to every process's environment (on top of ``os.environ``);
     ``extra_env_per_replica`` maps ``(role, index)`` to variables for that one process,
     e.g. ``{("worker", 0): {"SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "50"}}``.
-    With ``start=False`` nothing is started (call ``start_all()``).
+    With ``start=False`` nothing is started (call ``start_all()``). With ``sparse=True``
+    the chief's and each worker's TF_CONFIG list the PS, the chief and only their own
+    worker address (a PS still gets every worker: it calls them for their gradients).
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -258,9 +261,10 @@ def start_cluster(
         for i in range(shape[role]):
             mport = free_port() if metrics_on else 0
             renv = dict(base_env)
-            renv["TF_CONFIG"] = json.dumps(
-                {"cluster": cluster_spec, "task": {"type": role, "index": i}}
-            )
+            told: dict[str, Any] = dict(cluster_spec)
+            if sparse and workers and role != "ps":
+                told["worker"] = {str(i): cluster_spec["worker"][i]} if role == "worker" else {}
+            renv["TF_CONFIG"] = json.dumps({"cluster": told, "task": {"type": role, "index": i}})
             renv["SYNCREPLICAS_JOB"] = json.dumps(job)
             renv["SYNCREPLICAS_METRICS_PORT"] = str(mport)
             renv.update((extra_env_per_replica or {}).get((role, i), {}))

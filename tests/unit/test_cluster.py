@@ -81,6 +81,13 @@ def test_metrics_port_override_and_full_job() -> None:
          "training.chiefLostTimeoutSeconds"),
         (env(job=with_job(metrics__port=70000)), "metrics.port"),
         (env(SYNCREPLICAS_METRICS_PORT="http"), "SYNCREPLICAS_METRICS_PORT"),
+        (env(cluster={**CLUSTER, "worker": {"0": "w0:2222"}}), "TF_CONFIG.task.index"),
+        (env(cluster={**CLUSTER, "worker": {"one": "w1:2222"}}), "TF_CONFIG.cluster.worker"),
+        (env(cluster={**CLUSTER, "worker": {"1": "w1"}}), "TF_CONFIG.cluster.worker[1]"),
+        (env(cluster={**CLUSTER, "worker": []}), "TF_CONFIG.cluster.worker"),
+        (env(cluster={**CLUSTER, "worker": {"1": "w1:1", "7": "w7:1"}}), "workers"),
+        (env(cluster={**CLUSTER, "ps": {"0": "p0:1", "1": "p1:1"}}), "TF_CONFIG.cluster.ps"),
+        (env(cluster={**CLUSTER, "chief": {"0": "c:1"}}), "TF_CONFIG.cluster.chief"),
     ],
 )
 def test_bad_field_is_named(environ: dict[str, str], field: str) -> None:
@@ -95,3 +102,25 @@ def test_no_workers_means_no_worker_list() -> None:
     job = {"replicasToAggregate": 3, "workers": 0, "parameterServers": 1}
     cfg = parse_config(env(task={"type": "chief", "index": 0}, job=job, cluster=cluster))
     assert cfg.total_replicas == 1 and cfg.replicas_to_aggregate == 3  # R > replicas is legal
+
+
+def test_a_ps_needs_every_worker() -> None:
+    cluster = {**CLUSTER, "worker": {"1": "w1:2222"}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(env(task={"type": "ps", "index": 0}, cluster=cluster))
+    assert err.value.field == "TF_CONFIG.cluster.worker"
+    dense = {**CLUSTER, "worker": {"0": "w0:2222", "1": "w1:2222"}}
+    assert parse_config(env(task={"type": "ps", "index": 0}, cluster=dense)).role == "ps"
+
+
+@pytest.mark.parametrize("role", ["chief", "worker"])
+def test_sparse_worker_list(role: str) -> None:
+    """The chief or a worker told only the PS, the chief and itself (size independent of W)."""
+    cluster = {"ps": CLUSTER["ps"], "chief": CLUSTER["chief"],
+               "worker": {"1": "w1:2222"} if role == "worker" else {}}
+    job = with_job(workers=1000)
+    cfg = parse_config(env(task={"type": role, "index": 1 if role == "worker" else 0},
+                           job=job, cluster=cluster))
+    assert cfg.total_replicas == 1001
+    assert cfg.ps_addresses == ("ps0:2222", "ps1:2222")
+    assert cfg.address == {"chief": "c:2222", "worker": "w1:2222"}[role]
