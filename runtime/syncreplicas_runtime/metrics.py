@@ -1,17 +1,56 @@
-"""Runtime metrics (names are a public interface) and the /metrics, /healthz, /readyz server."""
+"""Runtime metrics (names are a public interface) and the /metrics, /healthz, /readyz server.
+
+A gauge of a value the process has not read yet (the global step before the first step, the
+loss, the queue depth before the first sample, ...) has no sample at all rather than a 0: a
+restarted replica must not report ``syncreplicas_global_step 0`` while it joins.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 STALENESS_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50)
+
+
+class KnownGauge:
+    """A gauge without a sample until its value is first set (prometheus_client has no unset).
+
+    The family is always described (HELP and TYPE lines), so the name is known to every
+    reader; only the sample is missing while the value is unknown.
+    """
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
+        self._name, self._documentation = name, documentation
+        self._value: float | None = None
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def set(self, value: float) -> None:
+        with self._lock:
+            self._value = float(value)
+
+    def get(self) -> float | None:
+        with self._lock:
+            return self._value
+
+    def describe(self) -> list[Metric]:
+        return [GaugeMetricFamily(self._name, self._documentation)]
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self._name, self._documentation)
+        value = self.get()
+        if value is not None:
+            family.add_metric([], value)
+        yield family
 
 
 class RuntimeMetrics:
@@ -20,10 +59,10 @@ class RuntimeMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        self.global_step = Gauge("syncreplicas_global_step",
-                                 "Global step seen by this replica after its last step", registry=r)
-        self.local_step = Gauge("syncreplicas_local_step",
-                                "Training steps run by this process", registry=r)
+        self.global_step = KnownGauge("syncreplicas_global_step",
+                                      "Global step seen by this replica after its last step", r)
+        self.local_step = KnownGauge("syncreplicas_local_step",
+                                     "Training steps run by this process", r)
         self.staleness = Histogram(
             "syncreplicas_gradient_staleness_steps",
             "Global steps between reading the variables and pushing the gradient",
@@ -43,7 +82,7 @@ class RuntimeMetrics:
                                        "Wall time of one training step", buckets=STEP_BUCKETS,
                                        registry=r)
         self.examples = Counter("syncreplicas_examples_total", "Examples trained on", registry=r)
-        self.loss = Gauge("syncreplicas_loss", "Training loss of the last step", registry=r)
+        self.loss = KnownGauge("syncreplicas_loss", "Training loss of the last step", r)
         self.sync_resets = Counter("syncreplicas_sync_resets_total",
                                    "Times this replica rejoined after the sync state was reset",
                                    registry=r)
@@ -51,19 +90,25 @@ class RuntimeMetrics:
 
     def add_chief(self) -> None:
         r = self.registry
-        self.token_queue_depth = Gauge("syncreplicas_token_queue_depth",
-                                       "Tokens waiting in the token queues", registry=r)
-        self.accumulator_pending = Gauge(
+        self.token_queue_depth = KnownGauge("syncreplicas_token_queue_depth",
+                                            "Tokens waiting in the token queues", r)
+        self.accumulator_pending = KnownGauge(
             "syncreplicas_accumulator_pending_gradients",
-            "Gradients accumulated for the next update", registry=r)
+            "Gradients accumulated for the next update", r)
         self.chief_restarts = Counter(
             "syncreplicas_chief_restarts_total",
             "Chief starts after the first one (kept in the PS state and checkpoints)", registry=r)
-        self.restored_step = Gauge("syncreplicas_restored_step",
-                                   "Global step the chief resumed from at its last sync reset",
-                                   registry=r)
-        self.checkpoint_step = Gauge("syncreplicas_checkpoint_step",
-                                     "Global step of the last checkpoint written", registry=r)
+        self.restored_step = KnownGauge(
+            "syncreplicas_restored_step",
+            "Global step the chief resumed from at its last sync reset", r)
+        self.checkpoint_step = KnownGauge("syncreplicas_checkpoint_step",
+                                          "Global step of the last checkpoint written", r)
+        self.replicas_to_aggregate = KnownGauge(
+            "syncreplicas_replicas_to_aggregate",
+            "Gradients the next update aggregates (R, lowered while replicas are lost)", r)
+        self.live_replicas = KnownGauge(
+            "syncreplicas_live_replicas",
+            "Replicas (chief and workers) that pushed gradients recently", r)
         self.eval_metric = Gauge("syncreplicas_eval_metric", "Held-out metric of the model",
                                  ["name"], registry=r)
 

@@ -225,7 +225,9 @@ def test_every_panel_returns_data_from_a_real_run(
     job = {
         "replicasToAggregate": 2,
         "model": {"entrypoint": "syncreplicas_runtime.models.linear:build"},
-        "training": {"maxSteps": 200, "batchSize": 8, "logEverySteps": 50},
+        # Checkpoints: the checkpoint panel has data only once one was written.
+        "training": {"maxSteps": 200, "batchSize": 8, "logEverySteps": 50,
+                     "checkpointDir": str(tmp_path / "ckpt"), "checkpointEverySteps": 50},
     }
     cluster = start_cluster(job, workers=1, ps=1, workdir=tmp_path / "job", start=False)
     prometheus = Prometheus(

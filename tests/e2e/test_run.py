@@ -193,7 +193,8 @@ def test_dry_run_starts_exactly_the_rendered_pods(tmp_path: Path) -> None:
 # --- a whole run ---------------------------------------------------------------------------
 
 
-REPLICAS = (("ps", 0), ("chief", 0), ("worker", 0), ("worker", 1))
+# The replicas that train: only they know (and so export) a global step; a PS does not.
+TRAINING_REPLICAS = (("chief", 0), ("worker", 0), ("worker", 1))
 
 
 def _step_series(replica_type: str, index: int) -> str:
@@ -202,7 +203,7 @@ def _step_series(replica_type: str, index: int) -> str:
 
 
 def _scrape_aggregated(lines: list[str], runner: subprocess.Popen[str]) -> str:
-    """The aggregated endpoint's text once it shows every replica's global step."""
+    """The aggregated endpoint's text once it shows every training replica's global step."""
     deadline = time.monotonic() + 150
     url = None
     while time.monotonic() < deadline and runner.poll() is None:
@@ -212,7 +213,7 @@ def _scrape_aggregated(lines: list[str], runner: subprocess.Popen[str]) -> str:
             with contextlib.suppress(OSError):
                 with urllib.request.urlopen(url, timeout=5) as response:
                     text = response.read().decode()
-                if all(_step_series(*replica) in text for replica in REPLICAS):
+                if all(_step_series(*replica) in text for replica in TRAINING_REPLICAS):
                     return text
         time.sleep(0.5)
     raise AssertionError(f"the aggregated endpoint never showed every replica: {lines}")

@@ -1,12 +1,18 @@
-"""The runtime's metric names and its HTTP endpoints (no TensorFlow needed)."""
+"""The runtime's metric names, its HTTP endpoints, and gauges that never report a value
+the process has not read yet."""
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from syncreplicas_runtime.metrics import RuntimeMetrics, serve
+
+from tests.runtime.rtutil import linear_job, runtime_env
+from tests.support.tfcluster import metric_value, start_cluster
 
 REPLICA_NAMES = [
     "syncreplicas_global_step", "syncreplicas_local_step",
@@ -16,7 +22,15 @@ REPLICA_NAMES = [
     "syncreplicas_examples_total", "syncreplicas_loss",
 ]
 CHIEF_NAMES = ["syncreplicas_token_queue_depth", "syncreplicas_accumulator_pending_gradients",
-               "syncreplicas_chief_restarts_total", "syncreplicas_restored_step"]
+               "syncreplicas_chief_restarts_total", "syncreplicas_restored_step",
+               "syncreplicas_checkpoint_step", "syncreplicas_replicas_to_aggregate",
+               "syncreplicas_live_replicas"]
+# Values a process only knows once it has read them from the PS (or run a step).
+UNKNOWN_AT_START = ["syncreplicas_global_step", "syncreplicas_local_step", "syncreplicas_loss"]
+CHIEF_UNKNOWN_AT_START = ["syncreplicas_token_queue_depth",
+                          "syncreplicas_accumulator_pending_gradients",
+                          "syncreplicas_restored_step", "syncreplicas_checkpoint_step",
+                          "syncreplicas_replicas_to_aggregate", "syncreplicas_live_replicas"]
 
 
 def get(url: str) -> tuple[int, str]:
@@ -55,3 +69,50 @@ def test_fresh_registry_per_instance() -> None:
     a.gradients_pushed.inc(3)
     assert b.registry.get_sample_value("syncreplicas_gradients_pushed_total") == 0
     assert a.registry.get_sample_value("syncreplicas_gradients_pushed_total") == pytest.approx(3)
+
+
+def test_unknown_gauges_have_no_sample_until_set() -> None:
+    m = RuntimeMetrics()
+    m.add_chief()
+    for name in UNKNOWN_AT_START + CHIEF_UNKNOWN_AT_START:
+        assert m.registry.get_sample_value(name) is None, name
+    assert m.registry.get_sample_value("syncreplicas_ready") == 0  # known: not ready
+    m.global_step.set(0)  # a real 0, read from the PS, is exported
+    assert m.registry.get_sample_value("syncreplicas_global_step") == 0
+    m.loss.set(1.5)
+    assert m.registry.get_sample_value("syncreplicas_loss") == pytest.approx(1.5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_starting_replica_exports_no_value_it_has_not_read(tmp_path: Path) -> None:
+    """Chief and worker whose PS never comes up: a long start-up to scrape them in."""
+    job = linear_job(training__startupTimeoutSeconds=600)
+    cluster = start_cluster(job, workers=1, ps=1, workdir=tmp_path, env=runtime_env(),
+                            start=False)
+    with cluster:
+        cluster.start("chief", 0)
+        cluster.start("worker", 0)
+        texts: dict[str, str] = {}
+        deadline = time.monotonic() + 240
+        while len(texts) < 2:
+            for role in ("chief", "worker"):
+                # Scrape only once TensorFlow is imported and the server is up: the process
+                # is past its start-up line and waiting for the PS.
+                if "started: tensorflow" in cluster.log(role, 0):
+                    text = cluster.try_metrics_text(role, 0)
+                    if text:
+                        texts[role] = text
+            assert time.monotonic() < deadline, cluster.logs()
+            assert all(c is None for k, c in cluster.poll().items() if k[0] != "ps"), \
+                cluster.logs()
+            time.sleep(0.5)
+        time.sleep(2)  # well into the wait for the PS
+        texts = {role: cluster.metrics_text(role, 0) for role in texts}
+    for role, text in texts.items():
+        unknown = UNKNOWN_AT_START + (CHIEF_UNKNOWN_AT_START if role == "chief" else [])
+        for name in unknown:
+            assert f"# TYPE {name} gauge" in text, (role, name)  # described ...
+            assert metric_value(text, name) is None, (role, name, text)  # ... but no sample
+        assert metric_value(text, "syncreplicas_ready") == 0, (role, text)
+        assert metric_value(text, "syncreplicas_gradients_pushed_total") == 0, (role, text)

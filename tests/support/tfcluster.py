@@ -112,6 +112,10 @@ class LocalCluster:
         for r in self.replicas:
             self._spawn(r)
 
+    def start(self, role: str, index: int = 0) -> None:
+        """Start one replica (after ``start_cluster(..., start=False)``)."""
+        self._spawn(self.replica(role, index))
+
     def poll(self) -> dict[tuple[str, int], int | None]:
         """Exit code per replica, None while running."""
         out: dict[tuple[str, int], int | None] = {}
