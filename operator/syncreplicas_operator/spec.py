@@ -133,6 +133,8 @@ class JobSpec:
     model: ModelSpec
     parameter_servers: int = DEFAULT_PARAMETER_SERVERS
     initial_tokens: int = DEFAULT_INITIAL_TOKENS
+    # Fewest gradients per update while replicas are lost; None: replicas_to_aggregate.
+    min_replicas_to_aggregate: int | None = None
     training: TrainingSpec = field(default_factory=TrainingSpec)
     metrics: MetricsSpec = field(default_factory=MetricsSpec)
     # None: the operator's default runtime image (unless a template's container names one).
@@ -149,6 +151,13 @@ class JobSpec:
     def total_replicas(self) -> int:
         """Replicas that push gradients: the chief plus the workers."""
         return 1 + self.workers
+
+    @property
+    def min_to_aggregate(self) -> int:
+        """minReplicasToAggregate with its default (R) applied."""
+        if self.min_replicas_to_aggregate is None:
+            return self.replicas_to_aggregate
+        return self.min_replicas_to_aggregate
 
     @property
     def backup_replicas(self) -> int:
@@ -345,6 +354,7 @@ class _Checker:
 
 _SPEC_FIELDS: Final = (
     "replicasToAggregate",
+    "minReplicasToAggregate",
     "workers",
     "parameterServers",
     "initialTokens",
@@ -547,10 +557,22 @@ def _parse_spec(c: _Checker, spec: object, path: str) -> JobSpec:
     initial_tokens = c.integer(
         spec, "initialTokens", f"{path}.initialTokens", default=DEFAULT_INITIAL_TOKENS, minimum=0
     )
+    replicas_to_aggregate = c.required_integer(
+        spec, "replicasToAggregate", f"{path}.replicasToAggregate", minimum=1
+    )
+    min_to_aggregate = c.integer(
+        spec, "minReplicasToAggregate", f"{path}.minReplicasToAggregate", minimum=1
+    )
+    if min_to_aggregate is not None and replicas_to_aggregate is not None and (
+        min_to_aggregate > replicas_to_aggregate
+    ):
+        c.add(
+            f"{path}.minReplicasToAggregate",
+            f"must be <= replicasToAggregate ({replicas_to_aggregate}), got {min_to_aggregate}",
+        )
     return JobSpec(
-        replicas_to_aggregate=c.required_integer(
-            spec, "replicasToAggregate", f"{path}.replicasToAggregate", minimum=1
-        ),
+        replicas_to_aggregate=replicas_to_aggregate,
+        min_replicas_to_aggregate=min_to_aggregate,
         workers=c.required_integer(
             spec, "workers", f"{path}.workers", minimum=0, maximum=naming.MAX_WORKERS
         ),
@@ -622,6 +644,7 @@ def parse_job(manifest: object, *, default_namespace: str = "default") -> Job:
 # the API server could not enforce their immutability and neither does this module.
 IMMUTABLE_FIELDS: Final[dict[str, Callable[[JobSpec], object]]] = {
     "replicasToAggregate": lambda s: s.replicas_to_aggregate,
+    "minReplicasToAggregate": lambda s: s.min_replicas_to_aggregate,
     "workers": lambda s: s.workers,
     "parameterServers": lambda s: s.parameter_servers,
     "initialTokens": lambda s: s.initial_tokens,

@@ -66,6 +66,7 @@ def job_settings(spec: JobSpec) -> dict[str, Any]:
     t = spec.training
     return {
         "replicasToAggregate": spec.replicas_to_aggregate,
+        "minReplicasToAggregate": spec.min_to_aggregate,
         "workers": spec.workers,
         "parameterServers": spec.parameter_servers,
         "initialTokens": spec.initial_tokens,

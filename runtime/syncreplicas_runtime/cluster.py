@@ -66,6 +66,8 @@ class ClusterConfig:
     model: ModelSpec
     training: TrainingSpec
     metrics_port: int
+    # Fewest gradients an update aggregates while replicas are lost (1..R).
+    min_replicas_to_aggregate: int
 
     @property
     def address(self) -> str:
@@ -221,7 +223,7 @@ def parse_tf_config(text: str | None) -> tuple[str, int, dict[str, dict[int, str
 
 
 _TOP = (
-    "replicasToAggregate", "workers", "parameterServers", "initialTokens",
+    "replicasToAggregate", "minReplicasToAggregate", "workers", "parameterServers", "initialTokens",
     "chiefRestartPolicy", "model", "training", "metrics",
 )
 _TRAINING = (
@@ -270,8 +272,11 @@ def parse_job(text: str | None) -> dict[str, Any]:
     )
     metrics = _obj(doc.get("metrics", {}), "metrics")
     _no_unknown(metrics, ("port",), "metrics")
+    r = _int(doc["replicasToAggregate"], "replicasToAggregate", minimum=1)
     return {
-        "replicas_to_aggregate": _int(doc["replicasToAggregate"], "replicasToAggregate", minimum=1),
+        "replicas_to_aggregate": r,
+        "min_replicas_to_aggregate": _int(doc.get("minReplicasToAggregate", r),
+                                          "minReplicasToAggregate", minimum=1, maximum=r),
         "workers": _int(doc["workers"], "workers", minimum=0),
         "parameter_servers": _int(doc["parameterServers"], "parameterServers", minimum=1),
         "initial_tokens": _int(doc.get("initialTokens", 0), "initialTokens", minimum=0),

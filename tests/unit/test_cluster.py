@@ -33,6 +33,7 @@ def test_defaults_and_derived_fields() -> None:
     assert cfg.training.optimizer == "sgd" and cfg.training.max_steps == 1000
     assert cfg.model.entrypoint == "syncreplicas_runtime.models.linear:build"
     assert cfg.metrics_port == 9090 and cfg.initial_tokens == 0
+    assert cfg.min_replicas_to_aggregate == cfg.replicas_to_aggregate == 2  # default: R
     assert cfg.device == "/job:worker/task:1"
 
 
@@ -46,6 +47,7 @@ def test_metrics_port_override_and_full_job() -> None:
     assert cfg.metrics_port == 9191
     assert cfg.training.batch_size == 4 and cfg.training.checkpoint_dir == "/c"
     assert dict(cfg.model.args) == {"hidden": 3}
+    assert parse_config(env(job=with_job(minReplicasToAggregate=1))).min_replicas_to_aggregate == 1
 
 
 @pytest.mark.parametrize(
@@ -63,6 +65,9 @@ def test_metrics_port_override_and_full_job() -> None:
         (env(job={"workers": 2, "parameterServers": 2}), "replicasToAggregate"),
         (env(job=with_job(replicasToAggregate=0)), "replicasToAggregate"),
         (env(job=with_job(replicasToAggregate="2")), "replicasToAggregate"),
+        (env(job=with_job(minReplicasToAggregate=0)), "minReplicasToAggregate"),
+        (env(job=with_job(minReplicasToAggregate=3)), "minReplicasToAggregate"),
+        (env(job=with_job(minReplicasToAggregate=1.0)), "minReplicasToAggregate"),
         (env(job=with_job(workers=3)), "workers"),
         (env(job=with_job(parameterServers=1)), "parameterServers"),
         (env(job=with_job(initialTokens=-1)), "initialTokens"),

@@ -193,6 +193,7 @@ GOOD = [
     pytest.param(full(), id="full"),
     pytest.param(with_value(minimal, "spec.workers", 0), id="no-workers"),
     pytest.param(with_value(minimal, "spec.replicasToAggregate", 7), id="R-above-replicas"),
+    pytest.param(with_value(full, "spec.minReplicasToAggregate", 3), id="min-R-equals-R"),
     pytest.param(with_value(minimal, "spec.training.checkpointDir", ""), id="no-checkpoints"),
     pytest.param(with_value(minimal, "spec.metrics.port", 0), id="metrics-off"),
     pytest.param(with_value(minimal, "spec.training.learningRate", 1), id="integer-rate"),
@@ -207,6 +208,9 @@ BAD = [
     ("spec.replicasToAggregate", 0, "spec.replicasToAggregate"),
     ("spec.replicasToAggregate", "2", "spec.replicasToAggregate"),
     ("spec.replicasToAggregate", 1.5, "spec.replicasToAggregate"),
+    ("spec.minReplicasToAggregate", 0, "spec.minReplicasToAggregate"),
+    ("spec.minReplicasToAggregate", 4, "spec.minReplicasToAggregate"),
+    ("spec.minReplicasToAggregate", "1", "spec.minReplicasToAggregate"),
     ("spec.workers", MISSING, "spec.workers"),
     ("spec.workers", -1, "spec.workers"),
     ("spec.workers", 10001, "spec.workers"),
@@ -266,6 +270,7 @@ BAD_IDS = [f"{field}={value!r}"[:60] for field, value, _ in BAD]
 # Updates of full.yaml: (field, new value, the field the refusal names or None if allowed).
 TRANSITIONS = [
     ("spec.replicasToAggregate", 2, "spec.replicasToAggregate"),
+    ("spec.minReplicasToAggregate", 1, "spec.minReplicasToAggregate"),
     ("spec.workers", 4, "spec.workers"),
     ("spec.parameterServers", 1, "spec.parameterServers"),
     ("spec.initialTokens", 0, "spec.initialTokens"),
