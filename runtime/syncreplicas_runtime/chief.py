@@ -18,6 +18,7 @@ import tensorflow as tf
 from . import exitcodes
 from .context import Context, exit_now
 from .control import PEER_ERRORS, SyncProtocol, new_epoch_id
+from .coordinator import Coordinator
 from .exits import Exit
 from .graph import TrainingGraph
 from .phases import Phase
@@ -103,10 +104,11 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, first_epoch: bool,
     else:
         wait_for_replicas(ctx, protocol, epoch, REJOIN_GATE_SECONDS,
                           quorum=min(cfg.replicas_to_aggregate, cfg.total_replicas))
+    coordinator = Coordinator(ctx, sess, training)
+    coordinator.open()
     sess.run(training.gate_tokens_op)
     stop = threading.Event()
-    threading.Thread(target=sync_loop, args=(ctx, sess, training, stop), name="sync",
-                     daemon=True).start()
+    threading.Thread(target=coordinator.run, args=(stop,), name="sync", daemon=True).start()
     threading.Thread(target=sample_loop, args=(ctx, sess, training, stop), name="sampler",
                      daemon=True).start()
     protocol.set_phase(Phase.RUNNING)
@@ -165,23 +167,6 @@ def wait_for_replicas(ctx: Context, protocol: SyncProtocol, epoch: int, limit: f
                     "(they join the running epoch when they come)")
             return
         time.sleep(POLL)
-
-
-def sync_loop(ctx: Context, sess: Any, training: TrainingGraph, stop: threading.Event) -> None:
-    """Aggregate, update and hand out tokens, one update per run, until the epoch ends.
-
-    This replaces the optimizer's queue runner, which closes the shared token queue when
-    its coordinator stops and so ends every worker as if training had finished.
-    """
-    while not stop.is_set():
-        try:
-            sess.run(training.sync_op)
-        except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
-            return  # the epoch's queues were closed
-        except tf.errors.OpError as err:
-            if not stop.is_set():
-                ctx.log(f"sync loop stopped: {type(err).__name__}: {err.message.splitlines()[0]}")
-            return
 
 
 def sample_loop(ctx: Context, sess: Any, training: TrainingGraph, stop: threading.Event) -> None:

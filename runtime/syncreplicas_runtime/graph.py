@@ -13,6 +13,15 @@ to a fixed level after every update, which bounds the tokens held at one step's 
 ``initialTokens``. The token is a barrier only: the step a gradient is tagged with is the
 global step read right after the token is taken, so leftover tokens cannot smuggle an old
 step past the accumulators' staleness check.
+
+Elastic R: the optimizer's update takes its number of gradients from a variable on PS 0,
+not from a graph constant, so the coordinator (coordinator.py) can lower it while replicas
+are lost and raise it when they return. Each push also stamps the replica's heartbeat (PS 0
+clock) and enqueues one entry on the epoch's push queue, in the step's own run. A take that
+is already blocking keeps the count it started with, and cancelling a take over several
+accumulators could complete on some and not others, so the coordinator never starts an
+update that can block: it runs one only once every accumulator holds the gradients it
+takes (counts only grow while it waits; only the coordinator takes).
 """
 
 from __future__ import annotations
@@ -24,7 +33,15 @@ import tensorflow as tf
 
 from .cluster import ClusterConfig
 from .model import BuiltModel, build_model
-from .names import CHIEF_STARTS_VARIABLE, SYNC_STATE_DEVICE, container_name, token_queue_name
+from .names import (
+    AGGREGATE_VARIABLE,
+    CHIEF_STARTS_VARIABLE,
+    HEARTBEAT_VARIABLE,
+    SYNC_STATE_DEVICE,
+    container_name,
+    push_queue_name,
+    token_queue_name,
+)
 from .session import cluster_spec
 
 v1 = tf.compat.v1
@@ -37,6 +54,13 @@ def token_queue(replica: int, epoch: int) -> Any:
     with tf.device(SYNC_STATE_DEVICE), v1.container(container_name(epoch)):
         return v1.FIFOQueue(-1, TOKEN_DTYPE, shapes=[()], shared_name=token_queue_name(replica),
                             name=token_queue_name(replica))
+
+
+def push_queue(epoch: int) -> Any:
+    """The epoch's queue of one entry per push (the coordinator waits on it, never a take)."""
+    with tf.device(SYNC_STATE_DEVICE), v1.container(container_name(epoch)):
+        return v1.FIFOQueue(-1, tf.int32, shapes=[()], shared_name=push_queue_name(),
+                            name=push_queue_name())
 
 
 def tokens_per_replica(total: int, replicas_to_aggregate: int,
@@ -93,6 +117,27 @@ def stock_pieces(sync_opt: Any) -> tuple[list[Any], Any]:
     return apply_ops, found.pop()
 
 
+def take_ops(sync_opt: Any) -> list[Any]:
+    """The optimizer's take-gradient ops, one per accumulator (their input 1 is R)."""
+    found = [op for acc, _ in sync_opt._accumulator_list
+             for op in acc.accumulator_ref.consumers() if op.type.endswith("TakeGradient")]
+    if len(found) != len(sync_opt._accumulator_list):
+        raise RuntimeError("cannot find the take-gradient ops of SyncReplicasOptimizer")
+    return found
+
+
+@dataclass
+class ElasticOps:
+    """What the coordinator runs for elastic R (chief only; built everywhere, cheap)."""
+
+    init: Any            # R = replicasToAggregate, every heartbeat = now (PS 0 clock)
+    set_r: Any           # assign ``r_value`` to the R variable
+    r_value: Any
+    read: dict[str, Any]           # counts per accumulator, R, heartbeats, now
+    wait_and_read: dict[str, Any]  # the same after at least one push (drains the queue)
+    updated_at: Any      # PS 0 time right after the update (run with sync_op)
+
+
 @dataclass
 class TrainingGraph:
     graph: Any
@@ -108,6 +153,7 @@ class TrainingGraph:
     close_tokens_op: Any              # chief: close every token queue, cancel waiters
     depth: Any                        # sum of token queue sizes
     pending: Any                      # gradients accumulated towards the next update
+    elastic: ElasticOps
     report_uninitialized: Any
     saver: Any
     epoch: int
@@ -143,7 +189,20 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         apply_ops, update_op = stock_pieces(sync_opt)
         shares = tokens_per_replica(total, cfg.replicas_to_aggregate, cfg.initial_tokens)
         queues = [token_queue(i, epoch) for i in range(total)]
+        pushes = push_queue(epoch)
         own = f"{cfg.device}/device:CPU:0"
+        with tf.device(SYNC_STATE_DEVICE):
+            # Outside checkpoints and global_variables: the coordinator sets both when it
+            # opens an epoch.
+            kw: dict[str, Any] = {"trainable": False, "collections": [], "use_resource": True}
+            aggregate = v1.get_variable(AGGREGATE_VARIABLE, [], tf.int32,
+                                        initializer=v1.constant_initializer(
+                                            cfg.replicas_to_aggregate), **kw)
+            heartbeat = v1.get_variable(HEARTBEAT_VARIABLE, [total], tf.float64,
+                                        initializer=v1.zeros_initializer(), **kw)
+            r_now = aggregate.read_value()
+        for op in take_ops(sync_opt):
+            op._update_input(1, r_now)
         with tf.device(SYNC_STATE_DEVICE):
             # Read before the push, not after: when this push is the R-th, the update can
             # advance the global step before a later read, and an accepted gradient would
@@ -152,6 +211,11 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             for op in apply_ops:
                 op._add_control_input(gs_at_push.op)
             with tf.control_dependencies(apply_ops):
+                beat = tf.raw_ops.ResourceScatterUpdate(
+                    resource=heartbeat.handle, indices=[replica],
+                    updates=tf.reshape(tf.timestamp(), [1]))
+                pushed = pushes.enqueue(replica)
+            with tf.control_dependencies([*apply_ops, beat, pushed]):
                 token = queues[replica].dequeue()
             with tf.control_dependencies([token]):
                 gs_after = global_step.read_value()
@@ -175,10 +239,31 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                     for q, (base, extra) in zip(queues, shares, strict=True)
                     if base - 1 + extra > 0]
             gate_tokens_op = tf.group(*gate, name="syncreplicas_gate_tokens")
-            close_tokens_op = tf.group(*[q.close(cancel_pending_enqueues=True) for q in queues])
+            close_tokens_op = tf.group(*[q.close(cancel_pending_enqueues=True) for q in queues],
+                                       pushes.close(cancel_pending_enqueues=True))
             depth = tf.add_n([q.size() for q in queues])
-        pending = tf.reduce_max(tf.stack([acc.num_accumulated()
-                                          for acc, _ in sync_opt._accumulator_list]))
+        counts = tf.stack([acc.num_accumulated() for acc, _ in sync_opt._accumulator_list])
+        pending = tf.reduce_max(counts)
+        with tf.device(SYNC_STATE_DEVICE):
+            r_value = v1.placeholder(tf.int32, [])
+            init = tf.group(aggregate.assign(cfg.replicas_to_aggregate, read_value=False),
+                            heartbeat.assign(tf.fill([total], tf.timestamp()), read_value=False))
+
+            def read_state() -> dict[str, Any]:
+                return {"counts": tf.identity(counts), "r": aggregate.read_value(),
+                        "beats": heartbeat.read_value(), "now": tf.timestamp()}
+
+            read = read_state()
+            first = pushes.dequeue()
+            with tf.control_dependencies([first]):
+                rest = pushes.size()  # only the coordinator dequeues: this never blocks
+            with tf.control_dependencies([pushes.dequeue_many(rest)]):
+                wait_and_read = read_state()
+            with tf.control_dependencies([update_op]):
+                updated_at = tf.timestamp()
+            elastic = ElasticOps(init=init, set_r=aggregate.assign(r_value, read_value=False),
+                                 r_value=r_value, read=read, wait_and_read=wait_and_read,
+                                 updated_at=updated_at)
         saver = report = None
         if cfg.is_chief:  # only the chief saves and restores: less to build on the others
             with tf.device(own):
@@ -194,5 +279,5 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         bump_chief_starts=bump,
         fetches=fetches, local_init_op=sync_opt.local_step_init_op,
         chief_init_op=sync_opt.chief_init_op, sync_op=sync_op, gate_tokens_op=gate_tokens_op,
-        close_tokens_op=close_tokens_op, depth=depth, pending=pending,
+        close_tokens_op=close_tokens_op, depth=depth, pending=pending, elastic=elastic,
         report_uninitialized=report, saver=saver, epoch=epoch)

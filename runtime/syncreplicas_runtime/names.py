@@ -16,6 +16,9 @@ PHASE_VARIABLE = "syncreplicas/phase"
 READY_VARIABLE = "syncreplicas/ready"
 DONE_VARIABLE = "syncreplicas/done"
 CHIEF_STARTS_VARIABLE = "syncreplicas/chief_starts"
+# Elastic R (not checkpointed: the coordinator sets them when it opens an epoch).
+AGGREGATE_VARIABLE = "syncreplicas/replicas_to_aggregate"
+HEARTBEAT_VARIABLE = "syncreplicas/heartbeat"
 GLOBAL_STEP_VARIABLE = "global_step"
 
 
@@ -36,3 +39,8 @@ def token_queue_name(replica: int) -> str:
 def ps_done_queue_name(ps_index: int) -> str:
     """The queue a PS blocks on until the chief says training finished."""
     return f"syncreplicas_ps_done_{ps_index}"
+
+
+def push_queue_name() -> str:
+    """The queue (in the epoch's container) of one entry per push: wakes the coordinator."""
+    return "syncreplicas_pushed"
