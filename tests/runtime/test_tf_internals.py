@@ -14,6 +14,7 @@ tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
 
 from syncreplicas_runtime import graph as G  # noqa: E402
+from syncreplicas_runtime import names  # noqa: E402
 from syncreplicas_runtime.cluster import parse_config  # noqa: E402
 from syncreplicas_runtime.model import ModelError, load_entrypoint  # noqa: E402
 from syncreplicas_runtime.names import container_name  # noqa: E402
@@ -62,8 +63,17 @@ def test_private_attributes_and_graph_shape(optimizer: str) -> None:
                            if not op.name.startswith("sync_rep_local_step"))
     # Our per-replica token queues, in the container, on the global step's PS.
     queues = [op for op in ops if op.type == "FIFOQueueV2" and op.name.startswith("syncreplicas")]
-    assert sorted(op.name for op in queues) == ["syncreplicas_token_0", "syncreplicas_token_1"]
+    assert sorted(op.name for op in queues) == ["syncreplicas_pushed", "syncreplicas_token_0",
+                                                "syncreplicas_token_1"]
     assert all(op.get_attr("container") == container for op in queues)
+    # Elastic R: every take reads its count from the R variable on PS 0, not a constant.
+    takes = [op for op in ops if op.type.endswith("TakeGradient")]
+    assert len(takes) == len(accumulators)
+    for op in takes:
+        source = op.inputs[1].op
+        while source.type in ("Identity", "ReadVariableOp"):
+            source = source.inputs[0].op
+        assert source.type == "VarHandleOp" and source.name == names.AGGREGATE_VARIABLE, source
 
 
 def test_stock_pieces() -> None:
