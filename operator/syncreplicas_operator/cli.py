@@ -12,80 +12,18 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
-from . import manifests, naming
-from .spec import Job, SpecError, parse_job
+from .core import manifests, naming
+from .core.spec import Job
+from .resources.manifestfile import InputError, parse_documents, read_documents
 
 OK = 0
 INVALID = 1
 USAGE = 2
-
-
-class InputError(Exception):
-    """The file cannot be read as SyncReplicasJob manifests at all."""
-
-
-@dataclass(frozen=True)
-class Document:
-    """One YAML document of a manifest file; ``label`` says which, for messages."""
-
-    label: str
-    body: Any
-
-
-def read_documents(path: Path) -> list[Document]:
-    """The non-empty YAML documents of ``path`` ("-" reads stdin)."""
-    try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{path}: cannot read: {err.strerror or err}") from err
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not a text file ({err.reason})") from err
-    try:
-        bodies = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        line = f" (line {where.line + 1})" if where is not None else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise InputError(f"{path}: not valid YAML{line}: {problem}") from err
-    if not bodies:
-        raise InputError(f"{path}: no YAML documents")
-    if len(bodies) == 1:
-        return [Document(str(path), bodies[0])]
-    return [Document(f"{path} (document {i})", body) for i, body in enumerate(bodies, 1)]
-
-
-def parse_documents(
-    documents: Sequence[Document], namespace: str | None = None
-) -> tuple[list[Job], list[str]]:
-    """Jobs parsed from ``documents``, and one message line per problem found."""
-    jobs: list[Job] = []
-    problems: list[str] = []
-    for document in documents:
-        body = document.body
-        if not isinstance(body, dict):
-            problems.append(
-                f"{document.label}: expected a {naming.KIND} object, got a YAML "
-                f"{type(body).__name__}"
-            )
-            continue
-        if body.get("kind") != naming.KIND:
-            problems.append(
-                f"{document.label}: kind: expected {naming.KIND}, got {body.get('kind')!r}"
-            )
-            continue
-        if namespace is not None:
-            body = {**body, "metadata": {**(body.get("metadata") or {}), "namespace": namespace}}
-        try:
-            jobs.append(parse_job(body))
-        except SpecError as err:
-            problems.extend(f"{document.label}: {p.path}: {p.message}" for p in err.problems)
-    return jobs, problems
 
 
 def _load(path: Path, namespace: str | None, err: TextIO) -> list[Job] | None:
@@ -106,11 +44,11 @@ def validate_main(args: argparse.Namespace) -> int:
     if jobs is None:
         return INVALID
     for job in jobs:
-        s = job.spec
+        spec = job.spec
         print(
-            f"valid: {naming.KIND} {job.name}: chief + {s.workers} worker(s), "
-            f"R={s.replicas_to_aggregate}, {s.backup_replicas} backup(s), "
-            f"{s.parameter_servers} parameter server(s)"
+            f"valid: {naming.KIND} {job.name}: chief + {spec.workers} worker(s), "
+            f"R={spec.replicas_to_aggregate}, {spec.backup_replicas} backup(s), "
+            f"{spec.parameter_servers} parameter server(s)"
         )
     return OK
 
@@ -197,9 +135,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     command = _command(argv)
     # Subcommands in their own modules (add_arguments(parser), main(args) -> int).
-    _add_lazy(subparsers, command, "operator", "syncreplicas_operator.handlers",
+    _add_lazy(subparsers, command, "operator", "syncreplicas_operator.controller.handlers",
               "run the operator: reconcile SyncReplicasJobs into pods")  # fmt: skip
-    _add_lazy(subparsers, command, "run", "syncreplicas_operator.local",
+    _add_lazy(subparsers, command, "run", "syncreplicas_operator.local.cli",
               "run a SyncReplicasJob manifest as local processes")  # fmt: skip
     # Subcommands implemented here.
     _add_render(subparsers)

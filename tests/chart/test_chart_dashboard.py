@@ -32,8 +32,8 @@ from chartlib import (
     tool,
 )
 from prometheus_client import CollectorRegistry, start_http_server
-from syncreplicas_operator import naming
-from syncreplicas_operator.metrics import OperatorMetrics
+from syncreplicas_operator.core import naming
+from syncreplicas_operator.resources.metrics import OperatorMetrics
 from syncreplicas_runtime.metrics import RuntimeMetrics
 
 from tests.support.tfcluster import LocalCluster, free_port, metric_value, start_cluster

@@ -121,7 +121,7 @@ def test_runtime_image_has_tensorflow_cpu_and_the_pod_command() -> None:
     tf_pin = next(d for d in deps if d.startswith("tensorflow-cpu==")).split("==")[1]  # type: ignore[attr-defined]
     assert pins["tensorflow-cpu"] == tf_pin
     entry = of(commands(IMAGES["runtime"]), "ENTRYPOINT")[-1]
-    from syncreplicas_operator.manifests import RUNTIME_COMMAND
+    from syncreplicas_operator.core.manifests import RUNTIME_COMMAND
 
     # The operator sets this command on every pod; the image runs the same by default.
     assert entry.json and tuple(entry.value) == tuple(RUNTIME_COMMAND)

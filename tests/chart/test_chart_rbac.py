@@ -20,7 +20,7 @@ import kmock
 import pytest
 import pytest_asyncio
 from chartlib import REPO, by_kind, one, render
-from syncreplicas_operator import naming
+from syncreplicas_operator.core import naming
 
 from tests.support.tfcluster import metric_value
 

@@ -356,7 +356,7 @@ def test_notes_give_ready_commands() -> None:
     assert "kubectl -n team-a get syncreplicasjobs" in notes
     assert "kubectl -n team-a apply -f -" in notes
     # The example job in the notes is a valid SyncReplicasJob, by the operator's own checks.
-    from syncreplicas_operator.spec import parse_job
+    from syncreplicas_operator.core.spec import parse_job
 
     manifest = notes.split("<<'JOB'", 1)[1].split("  JOB\n", 1)[0]
     manifest = manifest.split("\n", 1)[1]
@@ -383,7 +383,7 @@ def test_operator_args_are_what_the_operator_cli_accepts(values: Path | None) ->
 
 
 def test_runtime_image_default_is_the_operators_default() -> None:
-    from syncreplicas_operator.manifests import DEFAULT_IMAGE
+    from syncreplicas_operator.core.manifests import DEFAULT_IMAGE
 
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     runtime = yaml.safe_load((CHART / "values.yaml").read_text())["runtimeImage"]
@@ -415,8 +415,8 @@ def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 
 
 def test_podmonitor_selects_every_pod_the_operator_builds_and_nothing_else() -> None:
-    from syncreplicas_operator import manifests
-    from syncreplicas_operator.spec import parse_job
+    from syncreplicas_operator.core import manifests
+    from syncreplicas_operator.core.spec import parse_job
 
     job = parse_job(
         {

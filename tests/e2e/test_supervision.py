@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from syncreplicas_operator import localplan
-from syncreplicas_operator.local import LocalRunner
-from syncreplicas_operator.spec import parse_job
+from syncreplicas_operator.core.spec import parse_job
+from syncreplicas_operator.local.processes import LocalProcess
+from syncreplicas_operator.local.runner import LocalRunner
 
 REPLICA = r"""
 import json, os, pathlib, sys, time
@@ -72,7 +72,7 @@ def supervise(tmp_path: Path, parsed: Any, script: dict[str, list[int | None]]) 
     processes = []
     for name in names:
         role, _, index = name.partition("-")
-        processes.append(localplan.LocalProcess(
+        processes.append(LocalProcess(
             name=name, replica_type=role, index=int(index),
             argv=(sys.executable, "-c", REPLICA),
             env={

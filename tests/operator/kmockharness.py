@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 import kmock
-from syncreplicas_operator import naming
+from syncreplicas_operator.core import naming
 
 JOBS = f"{naming.GROUP}/{naming.VERSION}/{naming.PLURAL}"
 RESOURCES: dict[str, dict[str, Any]] = {

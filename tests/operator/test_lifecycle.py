@@ -7,7 +7,7 @@ import collections
 
 import pytest
 from kmockharness import Cluster, job_manifest
-from syncreplicas_operator import naming
+from syncreplicas_operator.core import naming
 
 # Tests that kill the operator start their own; the others share one (``shared_cluster``).
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(120)]

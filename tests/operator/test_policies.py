@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 from kmockharness import Cluster, job_manifest
-from syncreplicas_operator import naming
+from syncreplicas_operator.core import naming
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(120)]
 

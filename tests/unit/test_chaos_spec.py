@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from syncreplicas_operator.chaos import ChaosKill, ChaosSpecError, parse_chaos, plan_chaos
+from syncreplicas_operator.local.chaos import ChaosKill, ChaosSpecError, parse_chaos, plan_chaos
 
 
 @pytest.mark.parametrize(

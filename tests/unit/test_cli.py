@@ -25,7 +25,7 @@ def test_render_and_validate_import_neither_kopf_nor_the_local_runner() -> None:
         "from syncreplicas_operator import cli\n"
         "cli.build_parser(['validate', 'job.yaml'])\n"
         "cli.build_parser(['render', 'job.yaml'])\n"
-        "loaded = [m for m in ('kopf', 'syncreplicas_operator.handlers',\n"
+        "loaded = [m for m in ('kopf', 'syncreplicas_operator.controller.handlers',\n"
         "          'syncreplicas_operator.local') if m in sys.modules]\n"
         "print(','.join(loaded))\n"
     )

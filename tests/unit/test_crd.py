@@ -26,7 +26,9 @@ from celpy import celtypes
 from jsonschema import validators
 from jsonschema.exceptions import ValidationError
 from openapi_schema_validator import OAS30Validator
-from syncreplicas_operator import cli, naming, spec, tfconfig
+from syncreplicas_operator import cli
+from syncreplicas_operator.core import naming, spec, tfconfig
+from syncreplicas_operator.core.enums import ChiefRestartPolicy, CleanPodPolicy, RestartPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "syncreplicasjobs.yaml"
@@ -397,9 +399,9 @@ def test_enums_and_defaults_match_spec_py() -> None:
     training = props["training"]["properties"]
     run_policy = props["runPolicy"]["properties"]
     assert tuple(training["optimizer"]["enum"]) == spec.OPTIMIZERS
-    assert tuple(run_policy["restartPolicy"]["enum"]) == spec.RESTART_POLICIES
-    assert tuple(run_policy["cleanPodPolicy"]["enum"]) == spec.CLEAN_POD_POLICIES
-    assert tuple(props["chiefRestartPolicy"]["enum"]) == spec.CHIEF_RESTART_POLICIES
+    assert tuple(run_policy["restartPolicy"]["enum"]) == tuple(RestartPolicy)
+    assert tuple(run_policy["cleanPodPolicy"]["enum"]) == tuple(CleanPodPolicy)
+    assert tuple(props["chiefRestartPolicy"]["enum"]) == tuple(ChiefRestartPolicy)
     assert props["model"]["properties"]["entrypoint"]["pattern"] == spec.ENTRYPOINT_PATTERN
     assert training["checkpointDir"]["pattern"] == spec.CHECKPOINT_DIR_PATTERN
     assert props["model"]["properties"]["entrypoint"]["maxLength"] == spec.MAX_ENTRYPOINT_LENGTH

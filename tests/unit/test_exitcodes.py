@@ -1,7 +1,7 @@
 """The operator and the runtime must agree on what each exit code means."""
 
 import pytest
-from syncreplicas_operator import exitcodes as op
+from syncreplicas_operator.core import exitcodes as op
 from syncreplicas_runtime import exitcodes as rt
 
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from syncreplicas_operator.local import (
-    checkpoint_step,
-    describe_exit,
-    final_eval_from_log,
-    free_ports,
-)
+from syncreplicas_operator.local.cli import free_ports
+from syncreplicas_operator.local.runner import describe_exit
+from syncreplicas_operator.local.workdir import checkpoint_step, final_eval_from_log
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from syncreplicas_operator import manifests, naming, spec
+from syncreplicas_operator.core import manifests, naming, spec
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINTS = spec.DEFAULT_CHECKPOINT_DIR

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from syncreplicas_operator import naming
+from syncreplicas_operator.core import naming
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
-from syncreplicas_operator import naming, plan
-from syncreplicas_operator.metrics import OperatorMetrics
+from syncreplicas_operator.core import actions, naming
+from syncreplicas_operator.resources.metrics import OperatorMetrics
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
@@ -16,9 +16,9 @@ def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
 def test_planner_counters_and_phase_gauge() -> None:
     registry = CollectorRegistry()
     m = OperatorMetrics(registry)
-    m.count(plan.PODS_CREATED, 12)
-    m.count(plan.CHIEF_CLEANUPS)
-    m.count(plan.JOB_RESTARTS)
+    m.count(actions.PODS_CREATED, 12)
+    m.count(actions.CHIEF_CLEANUPS)
+    m.count(actions.JOB_RESTARTS)
     m.reconcile_seconds.observe(0.2)
     m.set_phase("a", "j1", naming.PHASE_RUNNING)
     m.set_phase("a", "j2", naming.PHASE_RUNNING)
@@ -39,6 +39,6 @@ def test_planner_counters_and_phase_gauge() -> None:
 
 def test_fresh_registries_do_not_share_state() -> None:
     first, second = CollectorRegistry(), CollectorRegistry()
-    OperatorMetrics(first).count(plan.PODS_CREATED, 3)
+    OperatorMetrics(first).count(actions.PODS_CREATED, 3)
     OperatorMetrics(second)
     assert value(second, "syncreplicas_operator_pods_created_total") == 0

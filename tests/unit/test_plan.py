@@ -11,8 +11,8 @@ import jsonschema
 import openapi_schema_validator
 import pytest
 import yaml
-from syncreplicas_operator import naming
-from syncreplicas_operator.plan import (
+from syncreplicas_operator.core import naming
+from syncreplicas_operator.core.actions import (
     CHIEF_CLEANUPS,
     JOB_RESTARTS,
     PODS_CREATED,
@@ -21,15 +21,12 @@ from syncreplicas_operator.plan import (
     DeleteJob,
     DeletePod,
     EmitEvent,
-    Observed,
     PatchStatus,
-    Plan,
-    ReplicaExitDecision,
-    decide_replica_exit,
-    plan_job,
 )
-from syncreplicas_operator.spec import Job, RunPolicy, parse_job
-from syncreplicas_operator.status import ObservedPod
+from syncreplicas_operator.core.planner import Observed, Plan, plan_job
+from syncreplicas_operator.core.policy import ReplicaExitDecision, decide_replica_exit
+from syncreplicas_operator.core.spec import Job, RunPolicy, parse_job
+from syncreplicas_operator.core.status import ObservedPod
 
 RESTART = ReplicaExitDecision.RESTART
 FAIL = ReplicaExitDecision.FAIL_JOB

@@ -15,7 +15,8 @@ import yaml
 from jsonschema import Draft202012Validator
 from kubernetes_validate.utils import all_versions, latest_version, schema_contents
 from referencing import Registry, Resource
-from syncreplicas_operator import cli, manifests, spec
+from syncreplicas_operator import cli
+from syncreplicas_operator.core import manifests, spec
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "manifests"

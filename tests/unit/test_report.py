@@ -5,16 +5,17 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
-from syncreplicas_operator.aggregate import ReplicaCollector
-from syncreplicas_operator.report import (
+from syncreplicas_operator.core.metricstext import flatten, parse
+from syncreplicas_operator.local.metrics_server import ReplicaCollector
+from syncreplicas_operator.local.scrape import Sample
+from syncreplicas_operator.local.series import (
     counter_total,
     eval_label,
     eval_series,
     mean_staleness,
     steps_per_second,
-    summarize,
 )
-from syncreplicas_operator.scrape import Sample, flatten, parse
+from syncreplicas_operator.local.summary import summarize
 
 CHIEF_TEXT = """\
 # HELP syncreplicas_global_step g
@@ -102,12 +103,12 @@ def test_summary_totals_and_final_step():
     summary = summarize(history, job_name="j", max_steps=50, wall_time=9.0, outcome="succeeded",
                         exit_code=0, restarts={"chief-0": 1, "worker-0": 2},
                         checkpoint_step=50)
-    assert summary["final_global_step"] == 50  # the final checkpoint beats the last scrape
-    assert summary["loss"] == 0.5
-    assert (summary["eval_metric"], summary["accuracy"]) == ("accuracy", 0.96)
-    assert summary["stale_gradients_dropped"] == 2 + 5 + 1
-    assert (summary["restarts_total"], summary["chief_restarts"]) == (3, 1)
-    assert summary["steps_per_second"] == pytest.approx((40 - 10) / (4.0 - 2.0))
+    assert summary.final_global_step == 50  # the final checkpoint beats the last scrape
+    assert summary.loss == 0.5
+    assert (summary.eval_metric, summary.accuracy) == ("accuracy", 0.96)
+    assert summary.stale_gradients_dropped == 2 + 5 + 1
+    assert (summary.restarts_total, summary.chief_restarts) == (3, 1)
+    assert summary.steps_per_second == pytest.approx((40 - 10) / (4.0 - 2.0))
 
 
 def test_aggregated_endpoint_labels_every_series_by_replica():
@@ -139,9 +140,9 @@ def test_the_chiefs_logged_final_eval_wins_over_an_earlier_scrape():
     summary = summarize(history, job_name="j", max_steps=9, wall_time=1.0, outcome="succeeded",
                         exit_code=0, restarts={}, checkpoint_step=9,
                         final_eval={"accuracy": 0.97, "loss": 0.1})
-    assert (summary["eval_metric"], summary["eval_value"], summary["accuracy"]) == (
+    assert (summary.eval_metric, summary.eval_value, summary.accuracy) == (
         "accuracy", 0.97, 0.97)
     summary = summarize([], job_name="j", max_steps=9, wall_time=1.0, outcome="succeeded",
                         exit_code=0, restarts={}, checkpoint_step=None, final_eval={"mse": 0.2})
-    assert (summary["eval_metric"], summary["eval_value"], summary["accuracy"]) == (
+    assert (summary.eval_metric, summary.eval_value, summary.accuracy) == (
         "mse", 0.2, None)

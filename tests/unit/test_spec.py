@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 import pytest
-from syncreplicas_operator import spec
+from syncreplicas_operator.core import spec
 
 
 def manifest(**spec_fields: Any) -> dict[str, Any]:

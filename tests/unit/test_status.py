@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from syncreplicas_operator import naming
-from syncreplicas_operator.status import (
+from syncreplicas_operator.core import naming
+from syncreplicas_operator.core.status import (
     ObservedPod,
     find_condition,
     is_stalled,

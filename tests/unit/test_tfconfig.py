@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from syncreplicas_operator import naming, spec, tfconfig
+from syncreplicas_operator.core import naming, spec, tfconfig
 from syncreplicas_runtime import cluster as runtime_cluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Parse a `syncreplicas run --chaos SPEC` and turn it into a seeded kill schedule.
+"""Parse ``syncreplicas run --chaos SPEC`` and turn it into a seeded kill schedule.
 
 Pure: no clock, no processes. The runner fires each planned kill once the job's global
 step has reached it, so a schedule is reproducible for a given seed and manifest no matter
@@ -22,7 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-ROLES: Final = ("ps", "chief", "worker")
+from ..core import naming
+
 SIGNALS: Final = ("KILL", "TERM")
 MAX_KILLS: Final = 100
 
@@ -91,10 +92,12 @@ def parse_chaos(text: str) -> ChaosSpec:
                 "ps, chief, worker, ps-N, worker-N"
             )
         role, index_text = match.group(1), match.group(2)
-        if role == "chief" and index_text not in (None, "0"):
-            raise ChaosSpecError(f"--chaos: {term!r}: there is only one chief (chief or chief-0)")
+        if role == naming.CHIEF and index_text not in (None, "0"):
+            raise ChaosSpecError(
+                f"--chaos: {term!r}: there is only one chief (chief or {naming.CHIEF_KEY})"
+            )
         index = int(index_text) if index_text is not None else None
-        if role == "chief":
+        if role == naming.CHIEF:
             index = 0
         count = _int(term, count_text, minimum=1)
         targets.append(KillTarget(role=role, index=index, count=count))
@@ -107,7 +110,7 @@ def parse_chaos(text: str) -> ChaosSpec:
 
 def plan_chaos(spec: ChaosSpec, *, max_steps: int, workers: int, ps: int) -> tuple[ChaosKill, ...]:
     """The kill schedule, ordered by global step; raise ChaosSpecError for absent replicas."""
-    counts = {"ps": ps, "chief": 1, "worker": workers}
+    counts = {naming.PS: ps, naming.CHIEF: 1, naming.WORKER: workers}
     for target in spec.targets:
         available = counts[target.role]
         if available == 0:

@@ -1,7 +1,7 @@
-"""The live view of `syncreplicas run`: progress and sync health while the job trains.
+"""The live view of ``syncreplicas run``: progress and sync health while the job trains.
 
-`render` builds a rich renderable from what the runner knows (scraped metrics, replica
-states); `LiveView` refreshes it in a terminal, or prints one plain line every few seconds
+``render`` builds a rich renderable from what the runner knows (scraped metrics, replica
+states); ``LiveView`` refreshes it in a terminal, or prints one plain line every few seconds
 when the output is not a terminal (logs, CI).
 """
 
@@ -20,18 +20,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from .report import (
-    DROPPED,
-    GLOBAL_STEP,
-    LOCAL_STEP,
-    LOSS,
-    QUEUE_DEPTH,
-    STALENESS_COUNT,
-    STALENESS_SUM,
-    eval_label,
-    eval_series,
-)
+from ..core import metricnames, naming
 from .scrape import Sample
+from .series import eval_label, eval_series
 
 
 @dataclass(frozen=True)
@@ -62,7 +53,7 @@ def _fmt(value: float | None, spec: str = ".4g") -> str:
 
 
 def _eval(latest: Mapping[str, Sample]) -> tuple[str | None, float | None]:
-    chief = latest.get("chief-0")
+    chief = latest.get(naming.CHIEF_KEY)
     if chief is None:
         return None, None
     key = eval_series([chief])
@@ -87,15 +78,16 @@ def render(model: ViewModel) -> Group:
     for replica, state in model.replicas.items():
         sample = model.latest.get(replica)
         values = sample.values if sample else {}
-        count = values.get(STALENESS_COUNT)
-        staleness = (values.get(STALENESS_SUM, 0.0) / count) if count else None
+        count = values.get(metricnames.GRADIENT_STALENESS_COUNT)
+        total = values.get(metricnames.GRADIENT_STALENESS_SUM, 0.0)
+        staleness = (total / count) if count else None
         style = "green" if state.state == "running" else ("red" if "fail" in state.state else "")
         table.add_row(
             replica,
             Text(state.state, style=style),
-            _fmt(values.get(LOCAL_STEP), ".0f"),
+            _fmt(values.get(metricnames.LOCAL_STEP), ".0f"),
             _fmt(staleness, ".2f"),
-            _fmt(values.get(DROPPED), ".0f"),
+            _fmt(values.get(metricnames.STALE_GRADIENTS_DROPPED), ".0f"),
             str(state.restarts),
             str(state.pid or "-"),
         )
@@ -159,7 +151,8 @@ class LiveView:
     def model(self) -> ViewModel:
         now = time.monotonic()
         latest = self._latest()
-        steps = [s.values[GLOBAL_STEP] for s in latest.values() if GLOBAL_STEP in s.values]
+        step_name = metricnames.GLOBAL_STEP
+        steps = [s.values[step_name] for s in latest.values() if step_name in s.values]
         step = max(steps) if steps else None
         if step is not None and (not self._steps or self._steps[-1][1] != step):
             self._steps.append((now, step))
@@ -167,7 +160,7 @@ class LiveView:
         recent = [p for p in self._steps if now - p[0] <= 10.0]
         if len(recent) >= 2 and recent[-1][0] > recent[0][0]:
             rate = max(0.0, (recent[-1][1] - recent[0][1]) / (now - recent[0][0]))
-        chief = latest.get("chief-0")
+        chief = latest.get(naming.CHIEF_KEY)
         eval_name, eval_value = _eval(latest)
         return ViewModel(
             job=self._job,
@@ -175,10 +168,10 @@ class LiveView:
             elapsed=now - self._started,
             global_step=step,
             steps_per_second=rate,
-            loss=chief.values.get(LOSS) if chief else None,
+            loss=chief.values.get(metricnames.LOSS) if chief else None,
             eval_name=eval_name,
             eval_value=eval_value,
-            queue_depth=chief.values.get(QUEUE_DEPTH) if chief else None,
+            queue_depth=chief.values.get(metricnames.TOKEN_QUEUE_DEPTH) if chief else None,
             replicas=self._replicas(),
             latest=latest,
             note=self._note,

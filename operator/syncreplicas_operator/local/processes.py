@@ -1,4 +1,4 @@
-"""Turn the Pods the operator would create into local processes (`syncreplicas run`).
+"""Turn the Pods the operator would create into local processes (``syncreplicas run``).
 
 Pure: Pod dicts in, process specs out. The runner never builds a replica's command or
 environment itself: it takes the container of each rendered Pod and changes only what
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import naming
+from ..core import naming
 
 LOOPBACK = "127.0.0.1"
 _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
@@ -54,10 +54,6 @@ class LocalProcess:
         }
 
 
-def replica_key(replica_type: str, index: int) -> str:
-    return f"{replica_type}-{index}"
-
-
 def replica_of(pod: Mapping[str, Any]) -> tuple[str, int]:
     """(type, index) from the Pod's labels."""
     meta = pod.get("metadata", {})
@@ -86,12 +82,12 @@ def plan_local_processes(
 ) -> tuple[LocalProcess, ...]:
     """One LocalProcess per Pod, in the Pods' order.
 
-    ``tf_ports`` and ``metrics_ports`` map ``replica_key(type, index)`` to a local port.
+    ``tf_ports`` and ``metrics_ports`` map ``naming.replica_key(type, index)`` to a port.
     """
     processes = []
     for pod in pods:
         replica_type, index = replica_of(pod)
-        key = replica_key(replica_type, index)
+        key = naming.replica_key(replica_type, index)
         if key not in tf_ports or key not in metrics_ports:
             raise LocalPlanError(f"pod {pod['metadata'].get('name')}: no local port for {key}")
         container = _container(pod)
@@ -195,7 +191,7 @@ def _local_tf_config(pod: str, text: str, tf_ports: Mapping[str, int]) -> str:
     for replica_type, addresses in cluster.items():
         ports = []
         for index in range(len(addresses)):
-            key = replica_key(replica_type, index)
+            key = naming.replica_key(replica_type, index)
             if key not in tf_ports:
                 raise LocalPlanError(
                     f"pod {pod}: {naming.ENV_TF_CONFIG} lists {key}, which has no Pod"

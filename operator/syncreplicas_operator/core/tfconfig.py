@@ -70,7 +70,7 @@ def job_settings(spec: JobSpec) -> dict[str, Any]:
         "workers": spec.workers,
         "parameterServers": spec.parameter_servers,
         "initialTokens": spec.initial_tokens,
-        "chiefRestartPolicy": spec.chief_restart_policy,
+        "chiefRestartPolicy": str(spec.chief_restart_policy),
         "model": {"entrypoint": spec.model.entrypoint, "args": dict(spec.model.args)},
         "training": {
             "optimizer": t.optimizer,

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from syncreplicas_operator import naming, plan
+from ..core import actions, naming
 
 
 class OperatorMetrics:
@@ -45,9 +45,9 @@ class OperatorMetrics:
             registry=registry,
         )
         self._counters = {
-            plan.PODS_CREATED: self.pods_created,
-            plan.CHIEF_CLEANUPS: self.chief_cleanups,
-            plan.JOB_RESTARTS: self.job_restarts,
+            actions.PODS_CREATED: self.pods_created,
+            actions.CHIEF_CLEANUPS: self.chief_cleanups,
+            actions.JOB_RESTARTS: self.job_restarts,
         }
         self._phases: dict[tuple[str, str], str] = {}
         for phase in naming.PHASES:

@@ -1,4 +1,4 @@
-"""Scrape every local replica's `/metrics` on its own clock and keep the time series.
+"""Scrape every local replica's ``/metrics`` on its own clock and keep the time series.
 
 Reading metrics never touches the training processes beyond an HTTP GET: the runtime
 serves them from its own thread, so scraping adds no `session.run` call. A replica that is
@@ -11,52 +11,25 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
+
+from ..core import metricstext
 
 
 @dataclass(frozen=True)
 class Sample:
     """One replica's metrics at one moment: flat values plus the parsed families."""
 
-    replica: str  # "chief-0"
+    replica: str  # naming.replica_key: "chief-0", "worker-1", ...
     at: float  # seconds since the run started
     values: Mapping[str, float]
     families: tuple[Metric, ...] = field(repr=False, default=())
 
     def get(self, name: str, default: float | None = None) -> float | None:
         return self.values.get(name, default)
-
-
-def flatten(families: Iterable[Metric]) -> dict[str, float]:
-    """Sample name -> value, summed over label sets (histogram buckets left out).
-
-    Buckets would be noise here: the live view and report use sums and counts (means
-    over an interval); the aggregated endpoint keeps the buckets.
-    """
-    values: dict[str, float] = {}
-    for family in families:
-        for sample in family.samples:
-            if sample.name.endswith("_bucket") or sample.name.endswith("_created"):
-                continue
-            values[sample.name] = values.get(sample.name, 0.0) + float(sample.value)
-            if sample.labels:
-                # Labelled series are also kept one by one, e.g. the eval metric per name.
-                values[series_key(sample.name, sample.labels)] = float(sample.value)
-    return values
-
-
-def series_key(name: str, labels: Mapping[str, str]) -> str:
-    """Key of one labelled series in flat values: ``name{k=v,...}`` (labels sorted)."""
-    return name + "{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}"
-
-
-def parse(text: str) -> tuple[Metric, ...]:
-    """Parse Prometheus text exposition into metric families."""
-    return tuple(text_string_to_metric_families(text))
 
 
 def fetch(url: str, timeout: float) -> str | None:
@@ -115,13 +88,13 @@ class MetricsScraper:
         if text is None:
             return
         try:
-            families = parse(text)
+            families = metricstext.parse(text)
         except ValueError:
             return  # a torn read while the process exits; the next round is whole
         sample = Sample(
             replica=replica,
             at=time.monotonic() - self._started,
-            values=flatten(families),
+            values=metricstext.flatten(families),
             families=families,
         )
         with self._lock:

@@ -18,26 +18,15 @@ import copy
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from enum import StrEnum
+from typing import Any, Final, NamedTuple, TypeVar
 
 from . import naming
+from .enums import ChiefRestartPolicy, CleanPodPolicy, RestartPolicy
 
 # --- allowed values and defaults (the CRD carries the same numbers) -----------------------
 
 OPTIMIZERS: Final = ("sgd", "momentum", "adagrad", "adam", "rmsprop")
-RESTART_POLICIES: Final = ("OnFailure", "Never", "ExitCode")
-CLEAN_POD_POLICIES: Final = ("Running", "All", "None")
-CHIEF_RESTART_POLICIES: Final = ("ResetSyncState", "RestartJob", "Fail")
-
-RESTART_ON_FAILURE: Final = "OnFailure"
-RESTART_NEVER: Final = "Never"
-RESTART_EXIT_CODE: Final = "ExitCode"
-CLEAN_RUNNING: Final = "Running"
-CLEAN_ALL: Final = "All"
-CLEAN_NONE: Final = "None"
-CHIEF_RESET_SYNC_STATE: Final = "ResetSyncState"
-CHIEF_RESTART_JOB: Final = "RestartJob"
-CHIEF_FAIL: Final = "Fail"
 
 DEFAULT_PARAMETER_SERVERS: Final = 1
 DEFAULT_INITIAL_TOKENS: Final = 0
@@ -116,11 +105,11 @@ class MetricsSpec:
 
 @dataclass(frozen=True)
 class RunPolicy:
-    restart_policy: str = RESTART_ON_FAILURE
+    restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT
     active_deadline_seconds: int | None = None
     ttl_seconds_after_finished: int | None = None
-    clean_pod_policy: str = CLEAN_RUNNING
+    clean_pod_policy: CleanPodPolicy = CleanPodPolicy.RUNNING
     suspend: bool = False
 
 
@@ -143,7 +132,7 @@ class JobSpec:
     template: dict[str, Any] = field(default_factory=dict)
     role_templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     run_policy: RunPolicy = field(default_factory=RunPolicy)
-    chief_restart_policy: str = CHIEF_RESET_SYNC_STATE
+    chief_restart_policy: ChiefRestartPolicy = ChiefRestartPolicy.RESET_SYNC_STATE
     # 0 disables the Stalled condition.
     stall_timeout_seconds: int = DEFAULT_STALL_TIMEOUT_SECONDS
 
@@ -225,6 +214,9 @@ def _matches(pattern: str, value: str) -> bool:
     (Python's ``$`` also matches before a trailing newline)."""
     anchored = pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern
     return re.search(anchored, value, re.ASCII) is not None
+
+
+_Choice = TypeVar("_Choice", bound=StrEnum)
 
 
 class _Checker:
@@ -341,6 +333,12 @@ class _Checker:
             hint = f" ({pattern_hint})" if pattern_hint else ""
             self.add(path, f"{value!r} does not match {pattern}{hint}")
         return value
+
+    def choice(self, parent: Mapping[str, Any], key: str, path: str, default: _Choice) -> _Choice:
+        """A field whose values are the members of ``default``'s StrEnum."""
+        members = tuple(type(default))
+        value = self.string(parent, key, path, default=default, enum=members)
+        return type(default)(value) if value is not None else default
 
     def boolean(self, parent: Mapping[str, Any], key: str, path: str, *, default: bool) -> bool:
         value = parent.get(key)
@@ -482,14 +480,9 @@ def _run_policy(c: _Checker, spec: Mapping[str, Any], path: str) -> RunPolicy:
         raw, "backoffLimit", f"{path}.backoffLimit", default=DEFAULT_BACKOFF_LIMIT, minimum=0
     )
     return RunPolicy(
-        restart_policy=c.string(
-            raw,
-            "restartPolicy",
-            f"{path}.restartPolicy",
-            default=RESTART_ON_FAILURE,
-            enum=RESTART_POLICIES,
-        )
-        or RESTART_ON_FAILURE,
+        restart_policy=c.choice(
+            raw, "restartPolicy", f"{path}.restartPolicy", RestartPolicy.ON_FAILURE
+        ),
         backoff_limit=DEFAULT_BACKOFF_LIMIT if backoff is None else backoff,
         active_deadline_seconds=c.integer(
             raw, "activeDeadlineSeconds", f"{path}.activeDeadlineSeconds", minimum=1
@@ -497,14 +490,9 @@ def _run_policy(c: _Checker, spec: Mapping[str, Any], path: str) -> RunPolicy:
         ttl_seconds_after_finished=c.integer(
             raw, "ttlSecondsAfterFinished", f"{path}.ttlSecondsAfterFinished", minimum=0
         ),
-        clean_pod_policy=c.string(
-            raw,
-            "cleanPodPolicy",
-            f"{path}.cleanPodPolicy",
-            default=CLEAN_RUNNING,
-            enum=CLEAN_POD_POLICIES,
-        )
-        or CLEAN_RUNNING,
+        clean_pod_policy=c.choice(
+            raw, "cleanPodPolicy", f"{path}.cleanPodPolicy", CleanPodPolicy.RUNNING
+        ),
         suspend=c.boolean(raw, "suspend", f"{path}.suspend", default=False),
     )
 
@@ -587,14 +575,12 @@ def _parse_spec(c: _Checker, spec: object, path: str) -> JobSpec:
         template=_template(c, spec, f"{path}.template"),
         role_templates=roles,
         run_policy=_run_policy(c, spec, f"{path}.runPolicy"),
-        chief_restart_policy=c.string(
+        chief_restart_policy=c.choice(
             spec,
             "chiefRestartPolicy",
             f"{path}.chiefRestartPolicy",
-            default=CHIEF_RESET_SYNC_STATE,
-            enum=CHIEF_RESTART_POLICIES,
-        )
-        or CHIEF_RESET_SYNC_STATE,
+            ChiefRestartPolicy.RESET_SYNC_STATE,
+        ),
         stall_timeout_seconds=DEFAULT_STALL_TIMEOUT_SECONDS if stall is None else stall,
     )
 

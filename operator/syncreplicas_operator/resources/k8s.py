@@ -23,7 +23,8 @@ from typing import Any
 
 from kubernetes import client, config
 
-from syncreplicas_operator import naming
+from ..core import naming
+from ..core.timefmt import format_time
 
 # kind -> (API path prefix, plural)
 _PATHS: dict[str, tuple[str, str]] = {
@@ -172,7 +173,7 @@ class Api:
         now: datetime | None = None,
     ) -> None:
         """A core/v1 Event about the job, as ``kubectl describe srj`` shows them."""
-        moment = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        moment = format_time(now or datetime.now(UTC))
         meta = job.get("metadata") or {}
         body = {
             "apiVersion": "v1",

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 import pytest
-from syncreplicas_operator import naming
-from syncreplicas_operator.localplan import LocalPlanError, plan_local_processes
+from syncreplicas_operator.core import naming
+from syncreplicas_operator.local.processes import LocalPlanError, plan_local_processes
 
 CLUSTER = {
     "ps": ["j-ps-0.ns.svc:2222"],

@@ -1,25 +1,57 @@
-"""Serve the metrics of every local replica on one port (`syncreplicas run --metrics-port`).
+"""Serve the metrics of every local replica on one port (``syncreplicas run --metrics-port``).
 
-Each series gets `replica_type` and `replica_index` labels, the same labels a Prometheus
-PodMonitor keeps on a cluster, so dashboards and alerts work against a local run too.
+Each series gets ``replica_type`` and ``replica_index`` labels, the same labels a Prometheus
+PodMonitor keeps on a cluster, so dashboards and alerts work against a local run too. The
+runner's own series (restarts, up) are served alongside.
 """
 
 from __future__ import annotations
 
 import errno
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample as PromSample
 
 from .scrape import Sample
 
+RESTARTS: Final = "syncreplicas_local_replica_restarts"
+UP: Final = "syncreplicas_local_replica_up"
+_RUNNER_LABELS: Final = ["namespace", "syncreplicas_job", "replica_type", "replica_index"]
+
 
 class PortInUseError(RuntimeError):
     """The requested --metrics-port cannot be bound."""
+
+
+@dataclass(frozen=True)
+class ReplicaProcess:
+    """What the runner knows of one replica's process, for its own series."""
+
+    replica_type: str
+    index: int
+    restarts: int
+    running: bool
+
+
+def runner_families(
+    namespace: str, job: str, replicas: Iterable[ReplicaProcess]
+) -> Iterator[Metric]:
+    """The runner's own series: restarts and up, one per replica."""
+    restarts = CounterMetricFamily(
+        RESTARTS, "Restarts of each local replica by syncreplicas run", labels=_RUNNER_LABELS
+    )
+    up = GaugeMetricFamily(UP, "1 while the replica's process runs", labels=_RUNNER_LABELS)
+    for replica in replicas:
+        values = [namespace, job, replica.replica_type, str(replica.index)]
+        restarts.add_metric(values, replica.restarts)
+        up.add_metric(values, 1.0 if replica.running else 0.0)
+    yield restarts
+    yield up
 
 
 def relabel(

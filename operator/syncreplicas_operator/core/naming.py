@@ -52,7 +52,6 @@ TF_PORT_NAME: Final = "tf"
 METRICS_PORT_NAME: Final = "metrics"
 DEFAULT_METRICS_PORT: Final = 9090
 READINESS_PATH: Final = "/readyz"
-LIVENESS_PATH: Final = "/healthz"
 
 # --- environment (docs/contract.md) -------------------------------------------------------
 
@@ -80,7 +79,6 @@ PHASES: Final = (
     PHASE_FAILED,
     PHASE_SUSPENDED,
 )
-FINISHED_PHASES: Final = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
 
 CONDITION_CREATED: Final = "Created"
 CONDITION_RUNNING: Final = "Running"
@@ -105,7 +103,6 @@ REASON_INVALID_SPEC: Final = "InvalidSpec"
 REASON_CREATED: Final = "JobCreated"
 REASON_RUNNING: Final = "JobRunning"
 REASON_SUCCEEDED: Final = "JobSucceeded"
-REASON_FAILED: Final = "JobFailed"
 REASON_SUSPENDED: Final = "JobSuspended"
 REASON_RESUMED: Final = "JobResumed"
 REASON_BACKOFF_LIMIT_EXCEEDED: Final = "BackoffLimitExceeded"
@@ -128,9 +125,19 @@ REASON_WRITE_FAILED: Final = "WriteFailed"
 # --- names --------------------------------------------------------------------------------
 
 
+def replica_key(replica_type: str, index: int) -> str:
+    """A replica's name within its job, ``<type>-<index>``: local process, log file and
+    report keys, and the tail of its pod's name."""
+    return f"{replica_type}-{index}"
+
+
+# The one chief, as local runs, logs and reports name it.
+CHIEF_KEY: Final = replica_key(CHIEF, 0)
+
+
 def replica_name(job: str, replica_type: str, index: int) -> str:
     """Name of the pod and of its headless Service: ``<job>-<type>-<index>``."""
-    return f"{job}-{replica_type}-{index}"
+    return f"{job}-{replica_key(replica_type, index)}"
 
 
 def network_policy_name(job: str) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from syncreplicas_operator import naming
+from . import naming
 
 # Pod phases (core/v1 PodStatus.phase).
 POD_PENDING = "Pending"
@@ -52,9 +52,9 @@ class ObservedPod:
 
 
 def _main_container(statuses: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-    for cs in statuses:
-        if cs.get("name") == naming.CONTAINER_NAME:
-            return cs
+    for container_status in statuses:
+        if container_status.get("name") == naming.CONTAINER_NAME:
+            return container_status
     return statuses[0] if statuses else {}
 
 
@@ -70,20 +70,20 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
     job = labels.get(naming.LABEL_JOB_NAME)
     if not job or not name:
         return None
-    rtype = labels.get(naming.LABEL_REPLICA_TYPE)
+    replica_type = labels.get(naming.LABEL_REPLICA_TYPE)
     raw_index = str(labels.get(naming.LABEL_REPLICA_INDEX, ""))
-    if rtype in naming.REPLICA_TYPES and raw_index.isdigit():
+    if replica_type in naming.REPLICA_TYPES and raw_index.isdigit():
         index = int(raw_index)
     else:
         parsed = naming.parse_replica_name(str(job), name)
         if parsed is None:
             return None
-        rtype, index = parsed
-    st = pod.get("status") or {}
-    main = _main_container(st.get("containerStatuses") or [])
+        replica_type, index = parsed
+    pod_status = pod.get("status") or {}
+    main = _main_container(pod_status.get("containerStatuses") or [])
     state = main.get("state") or {}
     last = main.get("lastState") or {}
-    phase = str(st.get("phase") or POD_PENDING)
+    phase = str(pod_status.get("phase") or POD_PENDING)
     exit_code: int | None = None
     terminated = state.get("terminated")
     if terminated is not None and phase in (POD_SUCCEEDED, POD_FAILED):
@@ -93,7 +93,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
     last_terminated = last.get("terminated")
     return ObservedPod(
         name=name,
-        replica_type=str(rtype),
+        replica_type=str(replica_type),
         index=index,
         uid=str(meta.get("uid") or ""),
         phase=phase,
@@ -102,7 +102,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
         last_exit_code=int(last_terminated.get("exitCode", 0)) if last_terminated else None,
         ready=bool(main.get("ready")) and phase == POD_RUNNING,
         deleting=bool(meta.get("deletionTimestamp")),
-        pod_ip=str(st.get("podIP") or ""),
+        pod_ip=str(pod_status.get("podIP") or ""),
     )
 
 
@@ -157,27 +157,29 @@ def ready_replicas(pods: Iterable[ObservedPod], expected: int) -> str:
     return f"{sum(1 for p in pods if p.ready and not p.deleting)}/{expected}"
 
 
-def find_condition(conditions: Sequence[Mapping[str, Any]], ctype: str) -> Mapping[str, Any] | None:
+def find_condition(
+    conditions: Sequence[Mapping[str, Any]], condition_type: str
+) -> Mapping[str, Any] | None:
     for cond in conditions:
-        if cond.get("type") == ctype:
+        if cond.get("type") == condition_type:
             return cond
     return None
 
 
-def condition_is_true(conditions: Sequence[Mapping[str, Any]], ctype: str) -> bool:
-    cond = find_condition(conditions, ctype)
+def condition_is_true(conditions: Sequence[Mapping[str, Any]], condition_type: str) -> bool:
+    cond = find_condition(conditions, condition_type)
     return cond is not None and cond.get("status") == "True"
 
 
 def set_condition(
     conditions: Sequence[Mapping[str, Any]],
-    ctype: str,
+    condition_type: str,
     status: bool,
     reason: str,
     message: str,
     now: str,
 ) -> list[dict[str, Any]]:
-    """A new condition list with ``ctype`` set; others untouched, order stable.
+    """A new condition list with ``condition_type`` set; others untouched, order stable.
 
     ``lastTransitionTime`` moves only when the status flips; reason and message follow the
     latest call. A condition that was never true is not added just to say False.
@@ -186,14 +188,14 @@ def set_condition(
     out: list[dict[str, Any]] = []
     found = False
     for cond in conditions:
-        if cond.get("type") != ctype:
+        if cond.get("type") != condition_type:
             out.append(dict(cond))
             continue
         found = True
         same = cond.get("status") == value
         out.append(
             {
-                "type": ctype,
+                "type": condition_type,
                 "status": value,
                 "reason": reason,
                 "message": message,
@@ -203,7 +205,7 @@ def set_condition(
     if not found and status:
         out.append(
             {
-                "type": ctype,
+                "type": condition_type,
                 "status": value,
                 "reason": reason,
                 "message": message,
@@ -219,7 +221,7 @@ def phase_of(conditions: Sequence[Mapping[str, Any]]) -> str:
     Finished beats suspended beats restarting beats running beats created, as a user would
     read them: a finished job is finished even if a pod still shows Running.
     """
-    for ctype, phase in (
+    for condition_type, phase in (
         (naming.CONDITION_FAILED, naming.PHASE_FAILED),
         (naming.CONDITION_SUCCEEDED, naming.PHASE_SUCCEEDED),
         (naming.CONDITION_SUSPENDED, naming.PHASE_SUSPENDED),
@@ -227,7 +229,7 @@ def phase_of(conditions: Sequence[Mapping[str, Any]]) -> str:
         (naming.CONDITION_RUNNING, naming.PHASE_RUNNING),
         (naming.CONDITION_CREATED, naming.PHASE_CREATED),
     ):
-        if condition_is_true(conditions, ctype):
+        if condition_is_true(conditions, condition_type):
             return phase
     return naming.PHASE_PENDING
 

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from . import naming, tfconfig
-from . import spec as specs
+from .enums import ChiefRestartPolicy, RestartPolicy
 from .spec import Job, JobSpec
 
 # The image the chart publishes; the operator passes its configured one (default_image=).
@@ -99,9 +99,9 @@ def role_template(spec: JobSpec, replica_type: str) -> Manifest:
 
 def pod_restart_policy(spec: JobSpec, replica_type: str) -> str:
     """The pods' restartPolicy for this run policy and role (module docstring: why)."""
-    if spec.run_policy.restart_policy != specs.RESTART_ON_FAILURE:
+    if spec.run_policy.restart_policy != RestartPolicy.ON_FAILURE:
         return "Never"
-    if replica_type == naming.CHIEF and spec.chief_restart_policy == specs.CHIEF_FAIL:
+    if replica_type == naming.CHIEF and spec.chief_restart_policy == ChiefRestartPolicy.FAIL:
         return "Never"
     return "OnFailure"
 

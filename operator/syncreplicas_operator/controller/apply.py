@@ -1,0 +1,109 @@
+"""Carry out a plan's actions, in order, through an injected API client.
+
+Runs in a worker thread (every call blocks). Runs of the same kind of write go out in
+parallel; the plan's order between runs is kept (workers are deleted before parameter
+servers, children are written before the status that reports them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from ..core.actions import (
+    Action,
+    CountMetric,
+    CreateChild,
+    DeleteJob,
+    DeletePod,
+    DeleteService,
+    EmitEvent,
+    PatchStatus,
+)
+from ..core.planner import Plan
+from .expectations import Expectations
+
+
+class Api(Protocol):
+    """The writes a plan needs (``resources.k8s.Api`` provides them)."""
+
+    def create_many(self, namespace: str, bodies: list[Mapping[str, Any]]) -> int: ...
+
+    def delete_many(self, kind: str, namespace: str, names: list[str]) -> int: ...
+
+    def post_event(
+        self, namespace: str, job: Mapping[str, Any], event_type: str, reason: str, message: str
+    ) -> None: ...
+
+    def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool: ...
+
+    def delete_job(self, namespace: str, name: str) -> bool: ...
+
+
+class Counters(Protocol):
+    """Where CountMetric actions go (``resources.metrics.OperatorMetrics``)."""
+
+    def count(self, name: str, amount: int = 1) -> None: ...
+
+
+def apply_plan(
+    client: Api,
+    counters: Counters,
+    job: Mapping[str, Any],
+    plan: Plan,
+    expectations: Expectations,
+) -> bool:
+    """Carry out the plan in order; True if the job is gone (deleted, or its status 404)."""
+    meta = job["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    for batch in _batches(plan.actions):
+        first = batch[0]
+        if isinstance(first, CreateChild):
+            creates = [a for a in batch if isinstance(a, CreateChild)]
+            # Expect them before sending (the watch may be quicker than the response) and
+            # again after: a large batch may outlast an expectation's lifetime.
+            expectations.expect_created(creates)
+            client.create_many(namespace, [a.body for a in creates])
+            expectations.expect_created(creates)
+        elif isinstance(first, DeletePod):
+            names = [a.name for a in batch if isinstance(a, DeletePod)]
+            expectations.expect_deleted(names)
+            client.delete_many("Pod", namespace, names)
+        elif isinstance(first, DeleteService):
+            names = [a.name for a in batch if isinstance(a, DeleteService)]
+            client.delete_many("Service", namespace, names)
+        elif isinstance(first, EmitEvent):
+            for event in batch:
+                assert isinstance(event, EmitEvent)
+                client.post_event(namespace, job, event.type, event.reason, event.message)
+        elif isinstance(first, CountMetric):
+            for count in batch:
+                assert isinstance(count, CountMetric)
+                counters.count(count.name, count.amount)
+        elif isinstance(first, PatchStatus):
+            if not client.patch_status(namespace, name, first.patch):
+                return True
+        elif isinstance(first, DeleteJob):
+            client.delete_job(namespace, name)
+            return True
+    return False
+
+
+def _batches(actions: Iterable[Action]) -> list[list[Action]]:
+    """The actions cut into runs that may go out together."""
+    batches: list[list[Action]] = []
+    for action in actions:
+        if batches and _same_batch(batches[-1][0], action):
+            batches[-1].append(action)
+        else:
+            batches.append([action])
+    return batches
+
+
+def _same_batch(first: Action, other: Action) -> bool:
+    if isinstance(first, CreateChild) and isinstance(other, CreateChild):
+        return first.kind == other.kind
+    if isinstance(first, DeletePod) and isinstance(other, DeletePod):
+        # Same replica type: "<job>-<type>-<index>".
+        return first.name.rsplit("-", 2)[-2] == other.name.rsplit("-", 2)[-2]
+    return type(first) is type(other) and isinstance(first, DeleteService | EmitEvent | CountMetric)

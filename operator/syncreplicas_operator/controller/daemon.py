@@ -1,0 +1,287 @@
+"""One loop per SyncReplicasJob: wait for a change, plan, apply, and again.
+
+Pod and job events wake the loop (``wake``), deadlines wake it (the plan says when),
+nothing polls the API. Children come from kopf's in-memory indexes; each loop lists its
+job's pods and Services once when it starts (a child's first watch event can still be in
+flight then), so an operator restart never re-creates a child. Writes go through
+``resources.k8s`` in a worker thread. The status this loop last wrote is its base for the
+next pass (its own write's watch event may lag). A write the API refuses becomes one
+Warning Event and a retry, not a crash.
+
+No kopf here: ``handlers`` passes kopf's objects in and turns :class:`InvalidJob` into
+kopf's PermanentError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Final, Protocol
+
+from ..core import naming
+from ..core.actions import WARNING, CreateChild
+from ..core.planner import plan_job
+from ..core.spec import Job, SpecError, parse_job
+from ..core.status import ObservedPod, observe_pod
+from ..core.timefmt import format_time
+from ..resources import k8s
+from ..resources.metrics import OperatorMetrics
+from . import chiefstep
+from .apply import apply_plan
+from .expectations import Expectations
+from .invalid import plan_invalid_job
+from .settings import SETTINGS
+
+log = logging.getLogger("syncreplicas.operator")
+
+# Coalesce a burst of events (a thousand pods starting) into one planning pass.
+DEBOUNCE_SECONDS: Final = 0.05
+# Plan at least this often even when nothing happens (a safety net, no API calls).
+IDLE_SECONDS: Final = 60.0
+# After a write the API refused (quota, admission, invalid template): plan again this late.
+WRITE_RETRY_SECONDS: Final = 10.0
+# While the watch has not confirmed what was just created or deleted: check again this soon.
+EXPECTATION_RECHECK_SECONDS: Final = 1.0
+
+JobKey = tuple[str, str]  # (namespace, name)
+
+
+class InvalidJob(Exception):
+    """The job's spec does not parse; it has been marked Failed and is not retried."""
+
+
+class StopFlag(Protocol):
+    """kopf's DaemonStopped: true once the daemon must stop."""
+
+    def __bool__(self) -> bool: ...
+
+    async def wait(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ChildIndexes:
+    """kopf's indexes of every job's children, keyed by (namespace, job)."""
+
+    pods: Mapping[Any, Iterable[ObservedPod]]
+    services: Mapping[Any, Iterable[str]]
+    policies: Mapping[Any, Iterable[str]]
+
+
+@dataclass
+class JobState:
+    """In-memory state of one job's loop; nothing here is needed after a restart."""
+
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    expectations: Expectations = field(default_factory=Expectations)
+    next_step_read: float = 0.0  # monotonic time the chief's metrics are next due
+    # The first pass after (re)start lists the children once: kopf may start the daemon
+    # before every child's watch event has reached the indexes.
+    listed: bool = False
+    # The status as this loop last wrote it. Only the operator writes status, and the
+    # watch event of its own write can arrive after the next pass has started: planning
+    # from a stale status would flip conditions (and write, and emit Events) twice.
+    status: dict[str, Any] | None = None
+    last_error: str = ""  # the last failed write reported as an Event (reported once)
+
+
+STATES: dict[JobKey, JobState] = {}
+_API: k8s.Api | None = None
+_METRICS: OperatorMetrics | None = None
+
+
+def api() -> k8s.Api:
+    """The process's one API client, made on first use (after kopf has started)."""
+    global _API
+    if _API is None:
+        _API = k8s.Api()
+    return _API
+
+
+def metrics() -> OperatorMetrics:
+    """The process's operator metrics, in the default registry."""
+    global _METRICS
+    if _METRICS is None:
+        _METRICS = OperatorMetrics()
+    return _METRICS
+
+
+def wake(namespace: str | None, job: str | None) -> None:
+    """Make the job's loop plan again soon (after the debounce)."""
+    state = STATES.get((namespace or "", job or ""))
+    if state is not None:
+        state.wake.set()
+
+
+async def run_job(
+    stopped: StopFlag,
+    body: Mapping[str, Any],
+    namespace: str,
+    name: str,
+    indexes: ChildIndexes,
+) -> None:
+    """Plan and apply until the job is deleted or kopf stops the daemon."""
+    key = (namespace, name)
+    state = STATES.setdefault(key, JobState())
+    stopping = asyncio.ensure_future(stopped.wait())
+    keep_phase = False
+    try:
+        while not stopped and not body.get("metadata", {}).get("deletionTimestamp"):
+            state.wake.clear()
+            try:
+                delay = await reconcile(body, state, indexes)
+            except InvalidJob:
+                keep_phase = True  # an invalid job stays counted as Failed
+                raise
+            if delay is None:
+                return  # the job is gone or was deleted by its TTL
+            # Sleep until a child or the job changes, a deadline is due, or kopf stops us.
+            waking = asyncio.ensure_future(state.wake.wait())
+            await asyncio.wait(
+                {waking, stopping}, timeout=max(0.05, delay), return_when="FIRST_COMPLETED"
+            )
+            waking.cancel()
+            await asyncio.sleep(DEBOUNCE_SECONDS)
+    finally:
+        stopping.cancel()
+        STATES.pop(key, None)
+        if not keep_phase:
+            metrics().set_phase(namespace, name, None)
+
+
+async def reconcile(
+    body: Mapping[str, Any], state: JobState, indexes: ChildIndexes
+) -> float | None:
+    """One pass; returns how long to wait before the next one (None: stop)."""
+    started = time.monotonic()
+    raw = dict(body)
+    namespace = raw["metadata"]["namespace"]
+    name = raw["metadata"]["name"]
+    current_status = (
+        dict(state.status) if state.status is not None else dict(raw.get("status") or {})
+    )
+    try:
+        job = parse_job(raw, default_namespace=namespace)
+    except SpecError as exc:
+        await report_invalid(raw, current_status, exc)
+        raise InvalidJob(f"invalid spec: {exc}") from exc
+
+    key = (namespace, name)
+    pods = list(indexes.pods.get(key, ()))
+    services = set(indexes.services.get(key, ()))
+    if not state.listed:
+        pods, services = await list_children(namespace, name, pods, services)
+        state.listed = True
+    observed = state.expectations.observe(name, pods, services, bool(indexes.policies.get(key)))
+    observed = replace(observed, global_step=await read_step(job, state, pods))
+    now = datetime.now(UTC)
+    # Planning a large job builds thousands of pod bodies: keep it off the event loop.
+    plan = await asyncio.to_thread(
+        plan_job, job, observed, current_status, now, default_image=SETTINGS.image
+    )
+    if plan.actions:
+        summary = collections.Counter(
+            f"create {a.kind}" if isinstance(a, CreateChild) else type(a).__name__
+            for a in plan.actions
+        )
+        log.info(
+            "%s/%s: observed %d pods, %d services; %s",
+            namespace,
+            name,
+            len(observed.pods),
+            len(observed.services),
+            ", ".join(f"{n} {k}" for k, n in sorted(summary.items())),
+        )
+    try:
+        gone = await asyncio.to_thread(
+            apply_plan, api(), metrics(), raw, plan, state.expectations
+        )
+    except k8s.ApiError as exc:
+        await report_write_failure(raw, state, exc)
+        return WRITE_RETRY_SECONDS
+    state.status = plan.status
+    state.last_error = ""
+    metrics().reconcile_seconds.observe(time.monotonic() - started)
+    if gone:
+        return None
+    metrics().set_phase(namespace, name, plan.status.get("phase"))
+    delays = [IDLE_SECONDS, max(0.0, state.next_step_read - time.monotonic())]
+    if plan.requeue_after is not None:
+        delays.append(plan.requeue_after + 0.05)
+    if state.expectations.pending:
+        delays.append(EXPECTATION_RECHECK_SECONDS)
+    return min(delays)
+
+
+async def list_children(
+    namespace: str, name: str, pods: list[ObservedPod], services: set[str]
+) -> tuple[list[ObservedPod], set[str]]:
+    """The indexed children completed by one list call per kind."""
+    client = api()
+    raw_pods = await asyncio.to_thread(client.list_children, "Pod", namespace, name)
+    raw_services = await asyncio.to_thread(client.list_children, "Service", namespace, name)
+    known = {p.name: p for p in pods}
+    for raw in raw_pods:
+        pod = observe_pod(raw)
+        if pod is not None:
+            known.setdefault(pod.name, pod)
+    services = services | {str(s["metadata"]["name"]) for s in raw_services}
+    return list(known.values()), services
+
+
+async def read_step(job: Job, state: JobState, pods: Iterable[ObservedPod]) -> int | None:
+    """The chief's global step, at most once per scrape interval (None between reads)."""
+    port = job.spec.metrics.port
+    if port <= 0 or time.monotonic() < state.next_step_read:
+        return None
+    chief = chiefstep.running_chief(pods)
+    if chief is None:
+        return None
+    state.next_step_read = time.monotonic() + SETTINGS.scrape_interval
+    return await chiefstep.read_global_step(chief.pod_ip, port, SETTINGS.scrape_timeout)
+
+
+async def report_write_failure(raw: Mapping[str, Any], state: JobState, exc: k8s.ApiError) -> None:
+    """The API refused a write: say so once as a Warning Event, then plan afresh later.
+
+    Part of the plan may have been applied: forget what this loop believed it had done
+    and start again from what the API shows (a create that did land answers 409: done).
+    """
+    state.expectations.forget_created()
+    state.status = None
+    meta = raw["metadata"]
+    log.warning("%s/%s: %s", meta["namespace"], meta["name"], exc)
+    message = str(exc)
+    if message == state.last_error:
+        return
+    state.last_error = message
+    with contextlib.suppress(k8s.ApiError):
+        await asyncio.to_thread(
+            api().post_event, meta["namespace"], raw, WARNING, naming.REASON_WRITE_FAILED, message
+        )
+
+
+async def report_invalid(
+    raw: Mapping[str, Any], current: Mapping[str, Any], exc: SpecError
+) -> None:
+    """Mark a job whose spec cannot run as Failed, naming every bad field."""
+    plan = plan_invalid_job(current, exc, format_time(datetime.now(UTC)))
+    if plan is None:
+        return  # already reported (e.g. before an operator restart)
+    meta = raw["metadata"]
+    client = api()
+    await asyncio.to_thread(client.patch_status, meta["namespace"], meta["name"], plan.status_patch)
+    await asyncio.to_thread(
+        client.post_event,
+        meta["namespace"],
+        raw,
+        WARNING,
+        naming.REASON_INVALID_SPEC,
+        plan.message,
+    )
+    metrics().set_phase(meta["namespace"], meta["name"], naming.PHASE_FAILED)

@@ -1,0 +1,100 @@
+"""kopf wiring: every decorator of the operator, each a few lines that hand off.
+
+The only module that imports kopf (an import contract says so). Three indexes keep the
+children of every job in memory (pods, Services, NetworkPolicies), so planning needs no
+list call; kopf fills them before handlers run. One daemon per SyncReplicasJob runs
+``daemon.run_job``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import kopf
+
+from ..core import naming
+from ..core.status import ObservedPod, job_name_of, observe_pod
+from . import daemon
+from . import settings as operator_settings
+
+JOBS = (naming.GROUP, naming.VERSION, naming.PLURAL)
+CHILD_LABELS = {naming.LABEL_JOB_NAME: kopf.PRESENT}
+
+# `syncreplicas operator` (cli's lazily loaded subcommand): add_arguments(parser), main(args).
+add_arguments = operator_settings.add_arguments
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the operator until interrupted."""
+    operator_settings.configure(args)
+    daemon.metrics()  # register the metric families before the first scrape
+    operator_settings.serve_metrics(args)
+    namespaces = list(args.namespace)
+    kopf.run(
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=operator_settings.liveness_endpoint(args),
+    )
+    return 0
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # The resources are known at start; watching namespaces and CRDs needs more RBAC.
+    settings.scanning.disabled = True
+    # Our own Events say what happened; kopf's per-handler log Events would double them.
+    settings.posting.enabled = False
+    settings.persistence.finalizer = f"{naming.GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=naming.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=naming.GROUP)
+    settings.watching.server_timeout = 300
+
+
+# Indexers run on every watch event of a child; they also wake the owning job's daemon
+# (it plans after a short debounce, by which time kopf has stored the indexed value), which
+# saves a separate event handler per child event.
+
+
+@kopf.index("v1", "pods", labels=CHILD_LABELS)
+def pods_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, ObservedPod] | None:
+    job = job_name_of(body)
+    daemon.wake(namespace, job)
+    pod = observe_pod(body)
+    return {(namespace, job): pod} if pod is not None else None
+
+
+@kopf.index("v1", "services", labels=CHILD_LABELS)
+def services_by_job(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, str]:
+    job = job_name_of(body)
+    daemon.wake(namespace, job)
+    return {(namespace, job): name}
+
+
+@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=CHILD_LABELS)
+def policies_by_job(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, str]:
+    return {(namespace, job_name_of(body)): name}
+
+
+@kopf.on.event(*JOBS)
+def job_changed(namespace: str, name: str, **_: Any) -> None:
+    daemon.wake(namespace, name)
+
+
+@kopf.daemon(*JOBS, cancellation_timeout=10.0, backoff=5.0)
+async def run_job(
+    stopped: kopf.DaemonStopped,
+    body: kopf.Body,
+    name: str,
+    namespace: str,
+    pods_by_job: kopf.Index[Any, ObservedPod],
+    services_by_job: kopf.Index[Any, str],
+    policies_by_job: kopf.Index[Any, str],
+    **_: Any,
+) -> None:
+    indexes = daemon.ChildIndexes(pods_by_job, services_by_job, policies_by_job)
+    try:
+        await daemon.run_job(stopped, body, namespace, name, indexes)
+    except daemon.InvalidJob as exc:
+        raise kopf.PermanentError(str(exc)) from exc

@@ -1,0 +1,96 @@
+"""The operator's settings: ``syncreplicas operator`` arguments and what they configure.
+
+All of it runs before kopf starts; ``handlers.main`` then hands over to kopf.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+from prometheus_client import start_http_server
+
+from ..core import manifests
+
+log = logging.getLogger("syncreplicas.operator")
+
+DEFAULT_METRICS_PORT: Final = 8080
+DEFAULT_LIVENESS_PORT: Final = 8081
+
+
+@dataclass
+class Settings:
+    """Process-wide knobs set by :func:`configure` (or the tests)."""
+
+    scrape_interval: float = 15.0
+    scrape_timeout: float = 2.0
+    image: str = manifests.DEFAULT_IMAGE
+
+
+SETTINGS = Settings()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``syncreplicas operator``."""
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch only this namespace (repeatable); default: all namespaces",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=DEFAULT_METRICS_PORT,
+        help="port of /metrics (0: no metrics server)",
+    )
+    parser.add_argument(
+        "--liveness-port",
+        type=int,
+        default=DEFAULT_LIVENESS_PORT,
+        help="port of kopf's /healthz (0: none)",
+    )
+    parser.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=SETTINGS.scrape_interval,
+        help="seconds between reads of each chief's /metrics for status.globalStep",
+    )
+    parser.add_argument(
+        "--image",
+        default=SETTINGS.image,
+        help="runtime image for pods whose spec and template name none (default: %(default)s)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="debug logging")
+
+
+def configure(args: argparse.Namespace) -> None:
+    """Logging and settings from the parsed arguments."""
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        # kopf logs every handler call at INFO: thousands of lines per large job.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    if args.scrape_interval <= 0:
+        raise SystemExit("--scrape-interval must be > 0")
+    SETTINGS.scrape_interval = args.scrape_interval
+    SETTINGS.image = args.image
+
+
+def serve_metrics(args: argparse.Namespace) -> None:
+    """The operator's /metrics on ``--metrics-port`` (register the families first)."""
+    if args.metrics_port:
+        server, _ = start_http_server(args.metrics_port)
+        log.info("operator metrics on :%d/metrics", server.server_port)
+
+
+def liveness_endpoint(args: argparse.Namespace) -> str | None:
+    """kopf's liveness endpoint URL, or None when ``--liveness-port 0``."""
+    return f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None

@@ -1,0 +1,76 @@
+"""The actions a plan holds: what the controller carries out, in order.
+
+Plain frozen values, so a plan can be compared, logged and tested without an API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+# Counter names the planner reports through CountMetric (resources.metrics maps them).
+PODS_CREATED: Final = "pods_created"
+CHIEF_CLEANUPS: Final = "chief_cleanups"
+JOB_RESTARTS: Final = "job_restarts"
+
+# Event types (core/v1 Event.type).
+NORMAL: Final = "Normal"
+WARNING: Final = "Warning"
+
+
+@dataclass(frozen=True)
+class CreateChild:
+    """Create a Pod, Service or NetworkPolicy (``body['kind']`` says which)."""
+
+    body: Mapping[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return str(self.body.get("kind", ""))
+
+    @property
+    def name(self) -> str:
+        return str((self.body.get("metadata") or {}).get("name", ""))
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+
+
+@dataclass(frozen=True)
+class DeleteService:
+    name: str
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    """A JSON merge patch of ``status`` (``None`` removes a key)."""
+
+    patch: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class EmitEvent:
+    type: str  # NORMAL | WARNING
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class CountMetric:
+    """Add ``amount`` to an operator counter (PODS_CREATED, CHIEF_CLEANUPS, JOB_RESTARTS)."""
+
+    name: str
+    amount: int = 1
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """Delete the SyncReplicasJob itself (ttlSecondsAfterFinished expired)."""
+
+    reason: str
+
+
+Action = CreateChild | DeletePod | DeleteService | PatchStatus | EmitEvent | CountMetric | DeleteJob

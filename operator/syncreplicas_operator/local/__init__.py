@@ -1,0 +1,1 @@
+"""``syncreplicas run``: a SyncReplicasJob as supervised local processes (extra ``[local]``)."""
