@@ -386,7 +386,8 @@ def test_errors_are_clear_and_nothing_starts(tmp_path: Path) -> None:
     missing.write_text(yaml.safe_dump(body))
     result = run([str(missing)], tmp_path / "w2", timeout=120)
     assert result.returncode == 65, result.stderr
-    assert "no_such_package.models:build does not import" in result.stderr
+    # The runtime's own loader checks the model (python -m syncreplicas_runtime.model).
+    assert "model.entrypoint 'no_such_package.models:build': cannot import" in result.stderr
     assert "ModuleNotFoundError" in result.stderr
     assert not (tmp_path / "w2" / "logs").exists() or not any((tmp_path / "w2" / "logs").iterdir())
 

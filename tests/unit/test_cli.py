@@ -62,3 +62,26 @@ def test_no_subcommand_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> N
 def test_unreadable_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["validate", "/nonexistent/job.yaml"]) == 1
     assert capsys.readouterr().out.startswith("/nonexistent/job.yaml: cannot read")
+
+
+@pytest.mark.parametrize("module", ["rich", "matplotlib"])
+def test_run_without_the_local_extra_is_one_line_and_exit_2(module: str) -> None:
+    """The operator image ships without the [local] extra: say so, no traceback."""
+    code = (
+        "import sys\n"
+        "class NotInstalled:  # the import system's answer for a package that is absent\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.partition('.')[0] == {module!r}:\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NotInstalled())\n"
+        "from syncreplicas_operator import cli\n"
+        "sys.exit(cli.main(['run', 'job.yaml']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"syncreplicas run: needs the [local] extra ({module} is not installed): "
+        "pip install 'syncreplicas-operator[local]'"
+    ]
