@@ -51,6 +51,10 @@ TMP_PATH: Final = "/tmp"
 # verified by the kubelet even for images whose USER is a name.
 DEFAULT_UID: Final = 10001
 
+# A Pod's own restartPolicy (core/v1), not the job's runPolicy.restartPolicy.
+POD_RESTART_NEVER: Final = "Never"
+POD_RESTART_ON_FAILURE: Final = "OnFailure"
+
 # Lists merged item by item (by this key) when a per-role template overrides the base.
 _MERGE_KEYS: Final = {
     "containers": "name",
@@ -100,10 +104,10 @@ def role_template(spec: JobSpec, replica_type: str) -> Manifest:
 def pod_restart_policy(spec: JobSpec, replica_type: str) -> str:
     """The pods' restartPolicy for this run policy and role (module docstring: why)."""
     if spec.run_policy.restart_policy != RestartPolicy.ON_FAILURE:
-        return "Never"
+        return POD_RESTART_NEVER
     if replica_type == naming.CHIEF and spec.chief_restart_policy == ChiefRestartPolicy.FAIL:
-        return "Never"
-    return "OnFailure"
+        return POD_RESTART_NEVER
+    return POD_RESTART_ON_FAILURE
 
 
 def owner_reference(job: Job) -> dict[str, Any] | None:

@@ -63,7 +63,7 @@ def tf_config(
 
 def job_settings(spec: JobSpec) -> dict[str, Any]:
     """``SYNCREPLICAS_JOB``: the training part of the spec, camelCase, every key present."""
-    t = spec.training
+    training = spec.training
     return {
         "replicasToAggregate": spec.replicas_to_aggregate,
         "minReplicasToAggregate": spec.min_to_aggregate,
@@ -73,17 +73,17 @@ def job_settings(spec: JobSpec) -> dict[str, Any]:
         "chiefRestartPolicy": str(spec.chief_restart_policy),
         "model": {"entrypoint": spec.model.entrypoint, "args": dict(spec.model.args)},
         "training": {
-            "optimizer": t.optimizer,
-            "learningRate": t.learning_rate,
-            "batchSize": t.batch_size,
-            "maxSteps": t.max_steps,
-            "checkpointDir": t.checkpoint_dir,
-            "checkpointEverySteps": t.checkpoint_every_steps,
-            "logEverySteps": t.log_every_steps,
-            "evalEverySteps": t.eval_every_steps,
-            "seed": t.seed,
-            "startupTimeoutSeconds": t.startup_timeout_seconds,
-            "chiefLostTimeoutSeconds": t.chief_lost_timeout_seconds,
+            "optimizer": training.optimizer,
+            "learningRate": training.learning_rate,
+            "batchSize": training.batch_size,
+            "maxSteps": training.max_steps,
+            "checkpointDir": training.checkpoint_dir,
+            "checkpointEverySteps": training.checkpoint_every_steps,
+            "logEverySteps": training.log_every_steps,
+            "evalEverySteps": training.eval_every_steps,
+            "seed": training.seed,
+            "startupTimeoutSeconds": training.startup_timeout_seconds,
+            "chiefLostTimeoutSeconds": training.chief_lost_timeout_seconds,
         },
         "metrics": {"port": spec.metrics.port},
     }
