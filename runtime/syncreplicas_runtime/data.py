@@ -38,8 +38,9 @@ v1 = tf.compat.v1
 SHUFFLE_BUFFER = 10_000
 # A forward jump of at most this many batches is cheaper to read through than to re-seek.
 MAX_READ_THROUGH = 4
-DATASET_ERROR = re.compile(r"(the model's dataset is infinite|replica \d+'s shard of the "
-                           r"model's dataset)[^\n.]*")
+# The messages of the checks above (no quotes: TensorFlow escapes them in its error text).
+DATASET_ERROR = re.compile(r"the (model dataset is infinite|shard of replica \d+ of the model "
+                           r"dataset)[^\n.\]]*")
 
 
 def epoch_seed(seed: int, replica: int, epoch: Any) -> Any:
@@ -59,11 +60,11 @@ class DatasetInput:
         checks = [
             tf.debugging.assert_none_equal(
                 card, tf.constant(tf.data.INFINITE_CARDINALITY, tf.int64),
-                message="the model's dataset is infinite: return one pass over the training "
-                        "set (the runtime repeats it)"),
+                message="the model dataset is infinite: return one pass over the training set "
+                        "(the runtime repeats it)"),
             tf.debugging.assert_greater_equal(
                 size, tf.constant(batch_size, tf.int64),
-                message=f"replica {replica}'s shard of the model's dataset has fewer than "
+                message=f"the shard of replica {replica} of the model dataset has fewer than "
                         f"batchSize={batch_size} examples"),
         ]
         with tf.control_dependencies(checks):
@@ -93,7 +94,7 @@ class DatasetInput:
             except tf.errors.InvalidArgumentError as err:
                 found = DATASET_ERROR.search(err.message or "")
                 if found:  # the model's fault: retrying cannot help
-                    raise Exit(exitcodes.MODEL, f"model dataset: {found[0]}") from err
+                    raise Exit(exitcodes.MODEL, found[0]) from err
                 raise
         else:
             for _ in range(ahead):
