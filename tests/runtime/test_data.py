@@ -89,8 +89,9 @@ def test_the_position_does_not_depend_on_the_element_values() -> None:
 
 
 @pytest.mark.parametrize(("dataset", "reason"), [
-    (lambda: tf.data.Dataset.range(N).repeat(), "the model dataset is infinite: return one pass over the training set (the "
-                                         "runtime repeats it)"),
+    (lambda: tf.data.Dataset.range(N).repeat(),
+     "the model dataset is infinite: return one pass over the training set (the runtime "
+     "repeats it)"),
     (lambda: tf.data.Dataset.range(10), "the shard of replica 1 of the model dataset has "
                                         "fewer than batchSize=8 examples"),
     # Unknown cardinality: counted, then checked the same way.
