@@ -114,7 +114,8 @@ def _crd_checker() -> Any:
     return module.crd_problems
 
 
-@pytest.mark.parametrize("example", ["linear.yaml", "digits.yaml", "digits-cnn.yaml", "port/port.yaml"])
+@pytest.mark.parametrize("example", ["linear.yaml", "digits.yaml", "digits-cnn.yaml",
+                                     "port/port.yaml"])
 def test_examples_are_valid_for_the_api_server_and_validate(example: str) -> None:
     path = ROOT / "examples" / example
     assert _crd_checker()(yaml.safe_load(path.read_text())) == []
