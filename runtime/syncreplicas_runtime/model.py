@@ -25,6 +25,7 @@ layer-name counters fresh (keras_names.py), so every graph names its variables a
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,22 +123,22 @@ def _dataset_input(out: Any, **where: int) -> tuple[Any, Any]:
     return inp, out["loss"](inp.batch)
 
 
-# Errors of code that only runs eagerly, and what the model should do instead.
-EAGER_ONLY = (
-    (("fit", "train_on_batch", "evaluate", "predict"), "keras/src/",
-     "calls Keras Model.{fn}, which runs its own (eager) training loop: build the loss and "
-     "return it, the runtime trains"),
-)
+# Keras training loops run eagerly. Keras filters its own frames out of tracebacks, so the
+# call is found on the model's line that made it.
+KERAS_LOOP = re.compile(r"\.(fit|train_on_batch|evaluate|predict)\(")
 
 
 def explain_build_error(err: BaseException) -> str:
     """One line naming why building failed, with eager-only code called out."""
     import traceback
 
-    for frame in traceback.extract_tb(err.__traceback__):
-        for names, where, text in EAGER_ONLY:
-            if frame.name in names and where in frame.filename.replace("\\", "/"):
-                return text.format(fn=frame.name)
+    frames = traceback.extract_tb(err.__traceback__)
+    eager = "eager" in str(err).lower() or any("keras" in f.filename for f in frames)
+    for frame in reversed(frames):
+        found = KERAS_LOOP.search(frame.line or "") if eager else None
+        if found:
+            return (f"calls Keras Model.{found[1]}, which runs its own (eager) training loop: "
+                    "build the loss and return it, the runtime trains")
     message = str(err).strip().splitlines()[0] if str(err).strip() else ""
     if "has no attribute 'numpy'" in message:
         return ("calls .numpy() on a graph tensor: models are built in graph mode, "
