@@ -3,7 +3,7 @@
 A model is a function that builds one replica's part of a TF1 graph and returns a mapping:
 
     def build(*, replica: int, num_replicas: int, batch_size: int, seed: int, **args) -> dict:
-        ...create variables with tf.compat.v1.get_variable (they land on the PS)...
+        ...variables from tf.compat.v1.get_variable or Keras layers (they land on the PS)...
         return {
             "loss": loss,                  # required: scalar float tensor of this replica's batch
             "feed": next_feed,             # optional: callable(step: int) -> feed_dict
@@ -11,15 +11,21 @@ A model is a function that builds one replica's part of a TF1 graph and returns 
             "eval_feed": eval_feed_dict,   # optional: feed_dict for the eval tensors
         }
 
+or, with tf.data input, ``"dataset"`` (a finite dataset of single examples) and ``"loss"`` as
+a callable that gets this replica's batch (the dataset's element structure, batched) and
+returns the scalar loss; the runtime shards, shuffles, batches and positions it (data.py).
+
 ``replica`` is 0 for the chief and 1 + i for worker i. ``feed(step)`` gets the global step
 at which the replica reads the variables, so data can be a deterministic function of
 (seed, replica, step). ``args`` are the job's ``model.args``. The function is called once per
-graph (again after every sync-state reset), inside the replica's device scope.
+graph (again after every sync-state reset), inside the replica's device scope, with Keras's
+layer-name counters fresh (keras_names.py), so every graph names its variables alike.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +41,13 @@ class BuiltModel:
     feed: Callable[[int], Mapping[Any, Any]] | None = None
     eval: Mapping[str, Any] = field(default_factory=dict)
     eval_feed: Mapping[Any, Any] | None = None
+    input: Any = None  # data.DatasetInput when the model returned a "dataset"
+
+    def feed_for(self, sess: Any, step: int) -> Mapping[Any, Any] | None:
+        """The feed_dict of a training step at global ``step`` (positions tf.data input)."""
+        if self.input is not None:
+            self.input.position(sess, step)
+        return self.feed(step) if self.feed else None
 
 
 def load_entrypoint(entrypoint: str) -> Callable[..., Any]:
@@ -58,17 +71,23 @@ def build_model(func: Callable[..., Any], *, entrypoint: str, args: Mapping[str,
     """Call the model function and check what it returns against the contract."""
     import tensorflow as tf
 
+    from .keras_names import stable_names
+
     try:
-        out = func(replica=replica, num_replicas=num_replicas, batch_size=batch_size,
-                   seed=seed, **dict(args))
+        with stable_names():
+            out = func(replica=replica, num_replicas=num_replicas, batch_size=batch_size,
+                       seed=seed, **dict(args))
+            inp, loss = _dataset_input(out, replica=replica, num_replicas=num_replicas,
+                                       batch_size=batch_size, seed=seed)
+    except ModelError as err:
+        raise ModelError(f"model {entrypoint!r}: {err}") from err
     except Exception as err:
-        raise ModelError(f"model {entrypoint!r} raised {type(err).__name__}: {err}") from err
+        raise ModelError(f"model {entrypoint!r} {explain_build_error(err)}") from err
     if not isinstance(out, Mapping):
         raise ModelError(f"model {entrypoint!r} must return a mapping, got {type(out).__name__}")
-    unknown = set(out) - {"loss", "feed", "eval", "eval_feed"}
+    unknown = set(out) - {"loss", "feed", "eval", "eval_feed", "dataset"}
     if unknown:
         raise ModelError(f"model {entrypoint!r} returned unknown keys {sorted(unknown)}")
-    loss = out.get("loss")
     if not isinstance(loss, tf.Tensor) or loss.shape.rank != 0 or not loss.dtype.is_floating:
         raise ModelError(f"model {entrypoint!r}: 'loss' must be a scalar float tensor, "
                          f"got {loss!r}")
@@ -81,7 +100,52 @@ def build_model(func: Callable[..., Any], *, entrypoint: str, args: Mapping[str,
         for k, v in evals.items()
     ):
         raise ModelError(f"model {entrypoint!r}: 'eval' must map names to scalar tensors")
-    return BuiltModel(loss=loss, feed=feed, eval=dict(evals), eval_feed=out.get("eval_feed"))
+    return BuiltModel(loss=loss, feed=feed, eval=dict(evals), eval_feed=out.get("eval_feed"),
+                      input=inp)
+
+
+def _dataset_input(out: Any, **where: int) -> tuple[Any, Any]:
+    """(DatasetInput or None, loss tensor): calls the loss on the batch for a "dataset"."""
+    if not isinstance(out, Mapping) or out.get("dataset") is None:
+        return None, out.get("loss") if isinstance(out, Mapping) else None
+    import tensorflow as tf
+
+    from .data import DatasetInput
+
+    if not isinstance(out["dataset"], tf.data.Dataset):
+        raise ModelError(f"'dataset' must be a tf.data.Dataset, got "
+                         f"{type(out['dataset']).__name__}")
+    if out.get("feed") is not None:
+        raise ModelError("return either 'dataset' or 'feed', not both")
+    if not callable(out.get("loss")):
+        raise ModelError("with 'dataset', 'loss' must be callable(batch) -> scalar loss")
+    inp = DatasetInput(out["dataset"], **where)
+    return inp, out["loss"](inp.batch)
+
+
+# Keras training loops run eagerly. Keras filters its own frames out of tracebacks, so the
+# call is found on the model's line that made it.
+KERAS_LOOP = re.compile(r"\.(fit|train_on_batch|evaluate|predict)\(")
+
+
+def explain_build_error(err: BaseException) -> str:
+    """One line naming why building failed, with eager-only code called out."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    eager = "eager" in str(err).lower() or any("keras" in f.filename for f in frames)
+    for frame in reversed(frames):
+        found = KERAS_LOOP.search(frame.line or "") if eager else None
+        if found:
+            return (f"calls Keras Model.{found[1]}, which runs its own (eager) training loop: "
+                    "build the loss and return it, the runtime trains")
+    message = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if "has no attribute 'numpy'" in message:
+        return ("calls .numpy() on a graph tensor: models are built in graph mode, "
+                "where tensors have no value until the runtime runs them")
+    if "eager" in message.lower():
+        return f"needs eager execution, but models are built in graph mode ({message[:200]})"
+    return f"raised {type(err).__name__}: {message[:300]}"
 
 
 def check_entrypoint_main(argv: list[str]) -> int:

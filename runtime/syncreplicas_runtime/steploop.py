@@ -35,7 +35,7 @@ class StepLoop:
         """One training step; returns the global step after it. Raises TF errors."""
         ctx, m = self.ctx, self.ctx.metrics
         model = self.training.model
-        feed = model.feed(self.tag) if model.feed else None
+        feed = model.feed_for(self.sess, self.tag)
         if ctx.step_delay:
             time.sleep(ctx.step_delay)
         t0 = time.monotonic()

@@ -114,7 +114,8 @@ def _crd_checker() -> Any:
     return module.crd_problems
 
 
-@pytest.mark.parametrize("example", ["linear.yaml", "digits.yaml"])
+@pytest.mark.parametrize("example", ["linear.yaml", "digits.yaml", "digits-cnn.yaml",
+                                     "port/port.yaml"])
 def test_examples_are_valid_for_the_api_server_and_validate(example: str) -> None:
     path = ROOT / "examples" / example
     assert _crd_checker()(yaml.safe_load(path.read_text())) == []
@@ -266,6 +267,25 @@ def test_linear_example_runs_to_completion_with_a_report(tmp_path: Path) -> None
     for name in PLOTS:
         assert_png(report / name)
     assert "succeeded" in output
+
+
+def test_digits_cnn_example_reaches_its_accuracy(tmp_path: Path) -> None:
+    """examples/digits-cnn.yaml (Keras layers, tf.data) with a chief and one worker (R=2) and
+    fewer steps, to keep the run short: still >= 0.97 held-out accuracy."""
+    body = yaml.safe_load((ROOT / "examples/digits-cnn.yaml").read_text())
+    body["spec"].update(workers=1, replicasToAggregate=2)
+    body["spec"]["training"].update(maxSteps=250, checkpointEverySteps=250)
+    path = tmp_path / "digits-cnn.yaml"
+    path.write_text(yaml.safe_dump(body))
+    workdir, report = tmp_path / "work", tmp_path / "report"
+    result = run([str(path), "--report", str(report), "--metrics-port", "0"], workdir,
+                 timeout=600)
+    assert result.returncode == 0, details(result, workdir)
+    assert_no_process_left(workdir)
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["outcome"] == "succeeded" and summary["final_global_step"] >= 250
+    assert summary["eval_metric"] == "accuracy", summary
+    assert summary["eval_value"] >= 0.97, summary
 
 
 # --- Ctrl-C, then resume ------------------------------------------------------------------

@@ -41,6 +41,14 @@ CASES = {
     "model_breaks_contract": ({"TF_CONFIG": tf_config(), "SYNCREPLICAS_JOB": job(
         model={"entrypoint": "tests.runtime.badmodels:no_loss"})},
         65, "'loss' must be a scalar float tensor"),
+    "model_calls_numpy": ({"TF_CONFIG": tf_config(), "SYNCREPLICAS_JOB": job(
+        model={"entrypoint": "tests.runtime.badmodels:eager_numpy"})},
+        65, "'tests.runtime.badmodels:eager_numpy' calls .numpy() on a graph tensor: models "
+            "are built in graph mode"),
+    "model_calls_keras_fit": ({"TF_CONFIG": tf_config(), "SYNCREPLICAS_JOB": job(
+        model={"entrypoint": "tests.runtime.badmodels:keras_fit"})},
+        65, "'tests.runtime.badmodels:keras_fit' calls Keras Model.fit, which runs its own "
+            "(eager) training loop"),
     "ps_unreachable": ({"TF_CONFIG": tf_config(), "SYNCREPLICAS_JOB": job()}, 69,
                        "UNREACHABLE (69): PS not reachable within 3s"),
 }
