@@ -49,6 +49,8 @@ class TrainingSpec:
     seed: int = 0
     startup_timeout_seconds: float = 300.0
     chief_lost_timeout_seconds: float = 120.0
+    # One flat variable per PS and dtype instead of one per model variable (packing.py).
+    pack_variables: bool = True
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,12 @@ def _num(value: Any, name: str, *, positive: bool = False, minimum: float | None
     if minimum is not None and value < minimum:
         raise ConfigError(name, f"must be >= {minimum}, got {value}")
     return float(value)
+
+
+def _bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(name, f"must be true or false, got {value!r}")
+    return value
 
 
 def _str(value: Any, name: str) -> str:
@@ -229,7 +237,7 @@ _TOP = (
 _TRAINING = (
     "optimizer", "learningRate", "batchSize", "maxSteps", "checkpointDir",
     "checkpointEverySteps", "logEverySteps", "evalEverySteps", "seed",
-    "startupTimeoutSeconds", "chiefLostTimeoutSeconds",
+    "startupTimeoutSeconds", "chiefLostTimeoutSeconds", "packVariables",
 )
 
 
@@ -269,6 +277,7 @@ def parse_job(text: str | None) -> dict[str, Any]:
         chief_lost_timeout_seconds=_num(
             t.get("chiefLostTimeoutSeconds", d.chief_lost_timeout_seconds),
             "training.chiefLostTimeoutSeconds", positive=True),
+        pack_variables=_bool(t.get("packVariables", d.pack_variables), "training.packVariables"),
     )
     metrics = _obj(doc.get("metrics", {}), "metrics")
     _no_unknown(metrics, ("port",), "metrics")

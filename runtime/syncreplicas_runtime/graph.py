@@ -26,6 +26,7 @@ takes (counts only grow while it waits; only the coordinator takes).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ from .names import (
     push_queue_name,
     token_queue_name,
 )
+from .packing import Packing, local_model_variables, pack
 from .session import cluster_spec
 
 v1 = tf.compat.v1
@@ -157,6 +159,7 @@ class TrainingGraph:
     report_uninitialized: Any
     saver: Any
     epoch: int
+    packing: Packing | None = None    # training.packVariables: the packed PS variables
 
 
 def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> TrainingGraph:
@@ -173,14 +176,20 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                                            initializer=v1.zeros_initializer(), trainable=False)
         setter = v1.train.replica_device_setter(cluster=cluster_spec(cfg),
                                                 worker_device=cfg.device)
+        own = f"{cfg.device}/device:CPU:0"
         with v1.device(setter):
-            built = build_model(model_fn, entrypoint=cfg.model.entrypoint, args=cfg.model.args,
-                                replica=replica, num_replicas=total, batch_size=t.batch_size,
-                                seed=t.seed)
+            # Packing: the model's trainable variables are local copies of packed PS ones.
+            with (local_model_variables(own) if t.pack_variables else nullcontext([])) as copies:
+                built = build_model(model_fn, entrypoint=cfg.model.entrypoint,
+                                    args=cfg.model.args, replica=replica, num_replicas=total,
+                                    batch_size=t.batch_size, seed=t.seed)
             opt = make_optimizer(t.optimizer, t.learning_rate)
             sync_opt = v1.train.SyncReplicasOptimizer(
                 opt, replicas_to_aggregate=cfg.replicas_to_aggregate, total_num_replicas=total)
             gvs = sync_opt.compute_gradients(built.loss)
+            packing = pack(gvs, copies, cfg.parameter_servers, own) if copies else None
+            if packing is not None:
+                gvs = packing.grads_and_vars
             var_list = [v for g, v in gvs if g is not None]
             # Slots belong with the variables, outside the epoch container.
             opt._create_slots(var_list)
@@ -190,7 +199,6 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         shares = tokens_per_replica(total, cfg.replicas_to_aggregate, cfg.initial_tokens)
         queues = [token_queue(i, epoch) for i in range(total)]
         pushes = push_queue(epoch)
-        own = f"{cfg.device}/device:CPU:0"
         with tf.device(SYNC_STATE_DEVICE):
             # Outside checkpoints and global_variables: the coordinator sets both when it
             # opens an epoch.
@@ -225,6 +233,13 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             with tf.control_dependencies([token]):
                 t_token = tf.timestamp()
             train_op = sync_opt._local_step.assign(gs_after, read_value=False)
+        local_init_op, chief_init_op = sync_opt.local_step_init_op, sync_opt.chief_init_op
+        if packing is not None:
+            # The next step's variables, read after this step's token and tag.
+            train_op = tf.group(train_op, packing.refresh([gs_after, built.loss]))
+            joined = packing.refresh([sync_opt.local_step_init_op])
+            local_init_op = tf.group(local_init_op, joined)
+            chief_init_op = tf.group(chief_init_op, joined)
         fetches = {"train": train_op, "loss": built.loss, "gs_at_push": gs_at_push,
                    "gs_after": gs_after, "t_pushed": t_pushed, "t_token": t_token}
         with tf.device(SYNC_STATE_DEVICE):
@@ -267,7 +282,9 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         saver = report = None
         if cfg.is_chief:  # only the chief saves and restores: less to build on the others
             with tf.device(own):
-                saver = v1.train.Saver(v1.global_variables(), sharded=False, max_to_keep=3,
+                saved = (packing.saver_var_list(opt, v1.global_variables()) if packing
+                         else v1.global_variables())
+                saver = v1.train.Saver(saved, sharded=False, max_to_keep=3,
                                        save_relative_paths=True)
             report = v1.report_uninitialized_variables(v1.global_variables())
         # Unused report ops would be logged as errors when the graph is collected.
@@ -277,7 +294,7 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
     return TrainingGraph(
         graph=graph, model=built, global_step=global_step, chief_starts=chief_starts,
         bump_chief_starts=bump,
-        fetches=fetches, local_init_op=sync_opt.local_step_init_op,
-        chief_init_op=sync_opt.chief_init_op, sync_op=sync_op, gate_tokens_op=gate_tokens_op,
+        fetches=fetches, local_init_op=local_init_op,
+        chief_init_op=chief_init_op, sync_op=sync_op, gate_tokens_op=gate_tokens_op,
         close_tokens_op=close_tokens_op, depth=depth, pending=pending, elastic=elastic,
-        report_uninitialized=report, saver=saver, epoch=epoch)
+        report_uninitialized=report, saver=saver, epoch=epoch, packing=packing)

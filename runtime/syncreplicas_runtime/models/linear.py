@@ -26,22 +26,41 @@ def batch(seed: int, replica: int, step: int, batch_size: int, dim: int,
     return x, y.astype(np.float32)
 
 
+def split_rows(dim: int, parts: int) -> list[int]:
+    """Rows of ``w`` in each of its ``parts`` pieces (as even as possible, first ones larger)."""
+    return [dim // parts + (1 if i < dim % parts else 0) for i in range(parts)]
+
+
 def build(*, replica: int, num_replicas: int, batch_size: int, seed: int,
-          dim: int = 16, noise: float = 0.01, compute_ms: float = 0.0) -> dict[str, Any]:
+          dim: int = 16, noise: float = 0.01, compute_ms: float = 0.0,
+          variables: int = 2) -> dict[str, Any]:
     """Linear model ``y = x.w + b`` trained with mean squared error.
 
     ``compute_ms`` adds a fixed matmul workload per step (for benchmarks that need a
-    heavier step than a 16-wide dot product); 0 adds nothing.
+    heavier step than a 16-wide dot product); 0 adds nothing. ``variables`` (2..dim+1)
+    holds the same parameters in that many variables: ``w`` cut by rows into
+    ``linear/w_0 ..`` plus ``linear/b`` (2 keeps the single ``linear/w``). The model is the
+    same function; only the number of variables (and so of tensors moved) changes.
     """
     import tensorflow as tf
 
     v1 = tf.compat.v1
     del num_replicas
+    if not 2 <= variables <= dim + 1:
+        raise ValueError(f"variables must be in 2..{dim + 1} (dim + 1), got {variables}")
     x = v1.placeholder(tf.float32, [None, dim], name="x")
     y = v1.placeholder(tf.float32, [None, 1], name="y")
-    w = v1.get_variable("linear/w", [dim, 1], initializer=v1.zeros_initializer())
+    if variables == 2:
+        w = v1.get_variable("linear/w", [dim, 1], initializer=v1.zeros_initializer())
+        xw = tf.matmul(x, w)
+    else:
+        rows = split_rows(dim, variables - 1)
+        ws = [v1.get_variable(f"linear/w_{i}", [n, 1], initializer=v1.zeros_initializer())
+              for i, n in enumerate(rows)]
+        xw = tf.add_n([tf.matmul(xi, wi)
+                       for xi, wi in zip(tf.split(x, rows, axis=1), ws, strict=True)])
     b = v1.get_variable("linear/b", [], initializer=v1.zeros_initializer())
-    pred = tf.matmul(x, w) + b
+    pred = xw + b
     loss = tf.reduce_mean(tf.square(pred - y))
     if compute_ms > 0:
         # About compute_ms of CPU per step, folded into the loss with weight 0.
