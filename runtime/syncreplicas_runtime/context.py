@@ -47,9 +47,12 @@ class Context:
     def build_graph(self, epoch: int) -> TrainingGraph:
         """This replica's training graph for ``epoch``; a broken model ends the process (65)."""
         try:
-            return build_training_graph(self.cfg, self.model_fn, epoch)
+            training = build_training_graph(self.cfg, self.model_fn, epoch)
         except ModelError as err:
             raise Exit(exitcodes.MODEL, str(err)) from err
+        if training.packing is not None:
+            self.log(training.packing.describe())
+        return training
 
     def set_ready(self, ready: bool) -> None:
         """Readiness for /readyz and the ``syncreplicas_ready`` gauge, always together."""

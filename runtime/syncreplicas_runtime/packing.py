@@ -147,6 +147,14 @@ class Packing:
     grads_and_vars: list[tuple[Any, Any]]  # for the optimizer: PS variables only
     device: str                             # the replica's device (where copies live)
 
+    def describe(self) -> str:
+        """One log line: how many model variables ended up in how many PS variables."""
+        packed = [p for p in self.packs if p.placement.packed]
+        alone = [p.placement.names[0] for p in self.packs if not p.placement.packed]
+        members = sum(len(p.copies) for p in packed)
+        return (f"packing: {members} trainable variables in {len(packed)} packed PS variables"
+                + (f"; unpacked (sparse or no gradient): {', '.join(alone)}" if alone else ""))
+
     def refresh(self, after: Sequence[Any]) -> Any:
         """Write the PS variables into the local copies, once everything in ``after`` ran."""
         assigns = []

@@ -145,3 +145,26 @@ def test_no_backup_no_straggler_counts_no_stale_gradient(tmp_path: Path) -> None
         assert metric_value(text, "syncreplicas_stale_gradients_dropped_total") == 0, key
         fresh = metric_value(text, "syncreplicas_gradient_staleness_steps_bucket", 'le="0.0"')
         assert fresh == metric_value(text, "syncreplicas_gradient_staleness_steps_count"), key
+
+
+def test_many_variables_packed_over_two_ps_match_single_process(tmp_path: Path) -> None:
+    """Packing on (the default), 24 variables over 2 PS: still large-batch SGD."""
+    steps, lr, dim, variables = 12, 0.05, 32, 24
+    ckpt = tmp_path / "ckpt"
+    job = linear_job(replicasToAggregate=3, training__maxSteps=steps, training__learningRate=lr,
+                     training__checkpointDir=str(ckpt), training__logEverySteps=100,
+                     model__args={"dim": dim, "variables": variables})
+    with start_cluster(job, workers=2, ps=2, workdir=tmp_path, env=runtime_env()) as cluster:
+        codes = cluster.wait(timeout=240)
+        logs = cluster.logs()
+    assert set(codes.values()) == {0} and len(codes) == 5, logs
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(ckpt))
+    names = reader.get_variable_to_shape_map()
+    rows = linear.split_rows(dim, variables - 1)
+    assert [names[f"linear/w_{i}"] for i in range(variables - 1)] == [[n, 1] for n in rows]
+    w = np.concatenate([reader.get_tensor(f"linear/w_{i}") for i in range(variables - 1)])
+    w_ref, b_ref, _ = reference_sgd(0, 3, steps, 8, dim, lr)
+    np.testing.assert_allclose(w, w_ref, rtol=1e-4, atol=1e-5)
+    assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)

@@ -48,6 +48,9 @@ def test_metrics_port_override_and_full_job() -> None:
     assert cfg.training.batch_size == 4 and cfg.training.checkpoint_dir == "/c"
     assert dict(cfg.model.args) == {"hidden": 3}
     assert parse_config(env(job=with_job(minReplicasToAggregate=1))).min_replicas_to_aggregate == 1
+    assert cfg.training.pack_variables  # on unless turned off
+    off = parse_config(env(job=with_job(training__packVariables=False)))
+    assert not off.training.pack_variables
 
 
 @pytest.mark.parametrize(
@@ -84,6 +87,8 @@ def test_metrics_port_override_and_full_job() -> None:
         (env(job=with_job(training__stepz=1)), "training.stepz"),
         (env(job=with_job(training__chiefLostTimeoutSeconds=-1)),
          "training.chiefLostTimeoutSeconds"),
+        (env(job=with_job(training__packVariables="yes")), "training.packVariables"),
+        (env(job=with_job(training__packVariables=1)), "training.packVariables"),
         (env(job=with_job(metrics__port=70000)), "metrics.port"),
         (env(SYNCREPLICAS_METRICS_PORT="http"), "SYNCREPLICAS_METRICS_PORT"),
         (env(cluster={**CLUSTER, "worker": {"0": "w0:2222"}}), "TF_CONFIG.task.index"),

@@ -52,6 +52,7 @@ def test_defaults() -> None:
         seed=0,
         startup_timeout_seconds=300,
         chief_lost_timeout_seconds=120,
+        pack_variables=True,
     )
     assert s.metrics.port == 9090
     assert s.image is None

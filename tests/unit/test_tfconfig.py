@@ -55,6 +55,9 @@ def test_job_settings_carry_the_spec() -> None:
     )
     settings = tfconfig.job_settings(s)
     assert settings["replicasToAggregate"] == 3
+    assert settings["training"]["packVariables"] is True  # default on
+    off = job_spec(training={"packVariables": False})
+    assert tfconfig.job_settings(off)["training"]["packVariables"] is False
     assert settings["minReplicasToAggregate"] == 3  # default: R
     lowered = tfconfig.job_settings(job_spec(replicasToAggregate=3, minReplicasToAggregate=2))
     assert lowered["minReplicasToAggregate"] == 2

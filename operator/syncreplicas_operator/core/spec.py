@@ -95,6 +95,8 @@ class TrainingSpec:
     seed: int = DEFAULT_SEED
     startup_timeout_seconds: int = DEFAULT_STARTUP_TIMEOUT_SECONDS
     chief_lost_timeout_seconds: int = DEFAULT_CHIEF_LOST_TIMEOUT_SECONDS
+    # One flat PS variable per PS and dtype instead of one per model variable.
+    pack_variables: bool = True
 
 
 @dataclass(frozen=True)
@@ -381,6 +383,7 @@ _TRAINING_FIELDS: Final = (
     "seed",
     "startupTimeoutSeconds",
     "chiefLostTimeoutSeconds",
+    "packVariables",
 )
 _METRICS_FIELDS: Final = ("port",)
 _RUN_POLICY_FIELDS: Final = (
@@ -450,6 +453,7 @@ def _training(c: _Checker, spec: Mapping[str, Any], path: str) -> TrainingSpec:
         chief_lost_timeout_seconds=count(
             "chiefLostTimeoutSeconds", DEFAULT_CHIEF_LOST_TIMEOUT_SECONDS, 1
         ),
+        pack_variables=c.boolean(raw, "packVariables", f"{path}.packVariables", default=True),
     )
 
 

@@ -91,6 +91,7 @@ def job_settings(spec: JobSpec) -> dict[str, Any]:
             "seed": training.seed,
             "startupTimeoutSeconds": training.startup_timeout_seconds,
             "chiefLostTimeoutSeconds": training.chief_lost_timeout_seconds,
+            "packVariables": training.pack_variables,
         },
         "metrics": {"port": spec.metrics.port},
     }
