@@ -42,6 +42,9 @@ def job(
     checkpoint_every_steps: int = 100,
     batch_size: int = 32,
     chief_lost_timeout: float = 120.0,
+    parameter_servers: int = 1,
+    pack_variables: bool = True,
+    model_args: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     training: dict[str, Any] = {
         "optimizer": "sgd",
@@ -51,15 +54,16 @@ def job(
         "logEverySteps": 1,
         "checkpointEverySteps": checkpoint_every_steps,
         "chiefLostTimeoutSeconds": chief_lost_timeout,
+        "packVariables": pack_variables,
     }
     if checkpoint_dir:
         training["checkpointDir"] = checkpoint_dir
     return {
         "replicasToAggregate": replicas_to_aggregate,
         "workers": 0,  # the launcher writes the shape
-        "parameterServers": 1,
+        "parameterServers": parameter_servers,
         "initialTokens": 0,
-        "model": {"entrypoint": LINEAR, "args": {}},
+        "model": {"entrypoint": LINEAR, "args": dict(model_args or {})},
         "training": training,
         "metrics": {"port": 9090 if metrics else 0},
     }
@@ -134,6 +138,9 @@ def start(
     slow_ms: Mapping[tuple[str, int], float] | None = None,
     checkpoint_dir: str = "",
     checkpoint_every_steps: int = 100,
+    ps: int = 1,
+    pack_variables: bool = True,
+    model_args: Mapping[str, Any] | None = None,
 ) -> OursRun:
     spec = job(
         replicas_to_aggregate,
@@ -141,13 +148,16 @@ def start(
         metrics=metrics,
         checkpoint_dir=checkpoint_dir,
         checkpoint_every_steps=checkpoint_every_steps,
+        parameter_servers=ps,
+        pack_variables=pack_variables,
+        model_args=model_args,
     )
     extra = {task: {DELAY_ENV: f"{ms:g}"} for task, ms in (slow_ms or {}).items()}
     t_launch = time.time()
     cluster = tfcluster.start_cluster(
         spec,
         workers=workers,
-        ps=1,
+        ps=ps,
         workdir=workdir,
         env={"SYNCREPLICAS_METRICS_PORT": "0"} if not metrics else None,
         extra_env_per_replica=extra,

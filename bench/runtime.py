@@ -12,10 +12,15 @@ default), same machine, alternating the two systems cell by cell. Per cell and s
 
 Cells: R = replicas (no backup) and R = replicas - 1 (one backup), each plain and with one
 worker slowed by 50 ms per step; and the runtime with and without its metrics server.
-Prints one table per measure and a table of ratios (ours / stock). Not a test.
+Packing cells: the same 16,384 parameters of ``linear`` in 2, 64 and 256 variables, on 1 and
+2 PS, run three ways: ours (variables packed, the default), ours with
+``packVariables: false`` ("ours-unpacked") and stock.
+Prints one table per measure and tables of ratios (ours / stock). Not a test.
 
-    .venv/bin/python bench/runtime.py            # 3 repeats, median
-    .venv/bin/python bench/runtime.py --quick    # 1 repeat, shorter windows
+    .venv/bin/python bench/runtime.py                  # every cell, 3 repeats, median
+    .venv/bin/python bench/runtime.py --quick          # 1 repeat, shorter windows
+    .venv/bin/python bench/runtime.py --packing        # the packing cells only
+    .venv/bin/python bench/runtime.py --packing-smoke  # 256 variables, 1 PS, once (~1 min)
 """
 
 from __future__ import annotations
@@ -44,6 +49,15 @@ class Cell:
     replicas_to_aggregate: int
     slow_ms: float = 0.0
     metrics: bool = True
+    ps: int = 1
+    variables: int = 0  # > 0: a packing cell, the linear model's parameters in this many
+
+    @property
+    def packing(self) -> bool:
+        return self.variables > 0
+
+    def model_args(self) -> dict[str, int]:
+        return {"dim": PACKING_DIM, "variables": self.variables} if self.packing else {}
 
 
 @dataclass
@@ -57,6 +71,11 @@ class Result:
 
 
 SLOW_TASK = ("worker", 0)
+PACKING_DIM = 16384  # parameters of every packing cell (plus the bias)
+PACKING_VARIABLES = (2, 64, 256)
+# ours / stock steps/s wanted at this many variables; ours at 256 vs ours at 2.
+PACKING_TARGETS = {64: 3.0, 256: 8.0}
+PACKING_FLAT_TARGET = 0.7
 
 
 def cells(workers: int, slow_ms: float) -> list[Cell]:
@@ -67,6 +86,15 @@ def cells(workers: int, slow_ms: float) -> list[Cell]:
         Cell(f"R={replicas}, slow {slow_ms:g} ms", replicas, slow_ms),
         Cell(f"R={replicas - 1} +1 backup, slow {slow_ms:g} ms", replicas - 1, slow_ms),
         Cell(f"R={replicas}, metrics off", replicas, metrics=False),
+    ]
+
+
+def packing_cells(workers: int) -> list[Cell]:
+    replicas = 1 + workers
+    return [
+        Cell(f"{n} variables, {ps} PS", replicas, ps=ps, variables=n)
+        for ps in (1, 2)
+        for n in PACKING_VARIABLES
     ]
 
 
@@ -119,9 +147,11 @@ def watch(
 
 def run_stock(cell: Cell, opts: argparse.Namespace, workdir: Path) -> Result:
     result = Result()
-    spec = _cluster.cluster_spec(1, opts.workers)
+    spec = _cluster.cluster_spec(cell.ps, opts.workers)
     slow = {SLOW_TASK: cell.slow_ms} if cell.slow_ms else None
     extra = ["--device-filters"] if opts.stock_device_filters else []
+    if cell.packing:
+        extra += [f"--dim={PACKING_DIM}", f"--variables={cell.variables}"]
     command = _cluster.stock_command(cell.replicas_to_aggregate, 10**9, slow, extra)
     with _cluster.LocalCluster(spec, command, workdir) as cluster:
         t0 = cluster.start_all()
@@ -146,7 +176,7 @@ def run_stock(cell: Cell, opts: argparse.Namespace, workdir: Path) -> Result:
     return result
 
 
-def run_ours(cell: Cell, opts: argparse.Namespace, workdir: Path) -> Result:
+def run_ours(cell: Cell, opts: argparse.Namespace, workdir: Path, pack: bool = True) -> Result:
     result = Result()
     slow = {SLOW_TASK: cell.slow_ms} if cell.slow_ms else {}
     with _ours.start(
@@ -156,6 +186,9 @@ def run_ours(cell: Cell, opts: argparse.Namespace, workdir: Path) -> Result:
         metrics=cell.metrics,
         slow_ms=slow,
         workdir=workdir,
+        ps=cell.ps,
+        pack_variables=pack,
+        model_args=cell.model_args(),
     ) as run:
         t_up = run.wait_servers_up(opts.timeout)
         result.import_s = t_up - run.t_launch
@@ -163,10 +196,21 @@ def run_ours(cell: Cell, opts: argparse.Namespace, workdir: Path) -> Result:
     return result
 
 
+def run_ours_unpacked(cell: Cell, opts: argparse.Namespace, workdir: Path) -> Result:
+    return run_ours(cell, opts, workdir, pack=False)
+
+
 SYSTEMS: dict[str, Callable[[Cell, argparse.Namespace, Path], Result]] = {
     "ours": run_ours,
+    "ours-unpacked": run_ours_unpacked,
     "stock": run_stock,
 }
+
+
+def runs_on(system: str, cell: Cell) -> bool:
+    if system == "stock" and not cell.metrics:
+        return False  # stock has no metrics to switch off
+    return system != "ours-unpacked" or cell.packing
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -185,16 +229,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="give stock sessions device_filters (a tuned stock, not the usual way)",
     )
+    p.add_argument("--packing", action="store_true", help="the packing cells only")
+    p.add_argument(
+        "--packing-smoke",
+        action="store_true",
+        help="smoke check: the 256-variable 1-PS cell once, 3 s windows (about a minute)",
+    )
     p.add_argument("--keep-logs", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats, args.window = 1, 6.0
+    if args.packing_smoke:
+        args.packing, args.repeats, args.window, args.warmup = True, 1, 3.0, 1.0
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    all_cells = cells(opts.workers, opts.slow_ms)
+    all_cells = cells(opts.workers, opts.slow_ms) + packing_cells(opts.workers)
+    if opts.packing:
+        all_cells = [c for c in all_cells if c.packing]
+    if opts.packing_smoke:
+        all_cells = [c for c in all_cells if c.variables == max(PACKING_VARIABLES) and c.ps == 1]
     if opts.cells:
         all_cells = [all_cells[int(i) - 1] for i in opts.cells.split(",")]
     systems = [opts.only] if opts.only else list(SYSTEMS)
@@ -202,13 +258,15 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, str], list[Result]] = {}
     started = datetime.datetime.now(datetime.UTC)
     print(f"# bench/runtime.py {' '.join(sys.argv[1:])}  ({started:%Y-%m-%d %H:%M} UTC)")
-    print(f"# 1 PS, chief + {opts.workers} workers; logs in {root}", flush=True)
+    print(
+        f"# chief + {opts.workers} workers (1 PS unless the cell says); logs in {root}", flush=True
+    )
     try:
         for rep in range(opts.repeats):
             for ci, cell in enumerate(all_cells):
                 for system in systems:
-                    if system == "stock" and not cell.metrics:
-                        continue  # stock has no metrics to switch off
+                    if not runs_on(system, cell):
+                        continue
                     workdir = root / f"{rep}-{ci}-{system}"
                     t = time.time()
                     try:
@@ -217,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                         res = Result(notes=[f"failed: {str(err).splitlines()[0]}"])
                     results.setdefault((cell.name, system), []).append(res)
                     print(
-                        f"  [{rep + 1}/{opts.repeats}] {cell.name:<28} {system:<5} "
+                        f"  [{rep + 1}/{opts.repeats}] {cell.name:<28} {system:<13} "
                         f"import {obs.fmt(res.import_s, '.1f', 's')}  "
                         f"first {obs.fmt(res.first_step_s, '.2f', 's')}  "
                         f"all {obs.fmt(res.all_training_s, '.2f', 's')}  "
@@ -267,8 +325,9 @@ def report(
                 + (f" ({'; '.join(sorted(notes))})" if notes else "")
                 + " |"
             )
-    if len(systems) == 2:
-        base, backup, slow, slow_backup, metrics_off = all_cells_by_kind(all_cells)
+    standard = [c for c in all_cells if not c.packing]
+    if "ours" in systems and "stock" in systems and standard:
+        base, backup, slow, slow_backup, metrics_off = all_cells_by_kind(standard)
         lines += ["", "| ratio | ours | stock | target |", "| --- | --- | --- | --- |"]
 
         def r(a: Cell | None, b: Cell | None, system: str, attr: str = "steps_per_s") -> str:
@@ -279,7 +338,7 @@ def report(
         def vs(cell: Cell, attr: str) -> str:
             return obs.fmt(obs.ratio(med(cell, "ours", attr), med(cell, "stock", attr)), ".2f", "x")
 
-        for cell in all_cells:
+        for cell in standard:
             if cell.metrics:
                 lines.append(
                     f"| ours / stock, {cell.name}: steps/s (CPU per step) | "
@@ -297,6 +356,42 @@ def report(
             f"| metrics off / on: steps/s (CPU per step) | {r(metrics_off, base, 'ours')} "
             f"({r(metrics_off, base, 'ours', 'cpu_ms_per_step')}) | - | - |"
         )
+    packing = [c for c in all_cells if c.packing]
+    if packing:
+        lines += ["", packing_report(packing, systems, med)]
+    return "\n".join(lines)
+
+
+def packing_report(
+    packing: list[Cell], systems: list[str], med: Callable[[Cell, str, str], float | None]
+) -> str:
+    """Steps/s ratios of the packing cells against their targets."""
+    lines = ["| packing | ratio | value | target |", "| --- | --- | --- | --- |"]
+
+    def ratio(a: Cell, sa: str, b: Cell, sb: str, attr: str = "steps_per_s") -> str:
+        return obs.fmt(obs.ratio(med(a, sa, attr), med(b, sb, attr)), ".2f", "x")
+
+    for ps in sorted({c.ps for c in packing}):
+        row = {c.variables: c for c in packing if c.ps == ps}
+        for n, cell in sorted(row.items()):
+            target = PACKING_TARGETS.get(n)
+            for other in ("stock", "ours-unpacked"):
+                if other in systems and "ours" in systems:
+                    want = f">= {target:g}x" if other == "stock" and target else "-"
+                    lines.append(
+                        f"| {ps} PS, {n} variables | ours / {other}: steps/s (CPU per step) | "
+                        f"{ratio(cell, 'ours', cell, other)} "
+                        f"({ratio(cell, 'ours', cell, other, 'cpu_ms_per_step')}) | {want} |"
+                    )
+        few, many = row.get(min(PACKING_VARIABLES)), row.get(max(PACKING_VARIABLES))
+        if few is not None and many is not None and "ours" in systems:
+            lines.append(
+                f"| {ps} PS | ours at {many.variables} / at {few.variables} variables: steps/s "
+                f"| {ratio(many, 'ours', few, 'ours')} | >= {PACKING_FLAT_TARGET:g}x |"
+            )
+    lines.append(
+        "(2 variables: ours / ours-unpacked is the 'no slower than today' check, >= 1.0x.)"
+    )
     return "\n".join(lines)
 
 

@@ -40,6 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-steps", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--dim", type=int, default=16)
+    parser.add_argument(
+        "--variables", type=int, default=2, help="the linear model's parameters in this many"
+    )
     parser.add_argument("--learning-rate", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-dir", default="", help="'' = no checkpoints")
@@ -88,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 batch_size=args.batch_size,
                 seed=args.seed,
                 dim=args.dim,
+                variables=args.variables,
             )
             loss, feed = model["loss"], model["feed"]
             opt = v1.train.SyncReplicasOptimizer(
