@@ -152,7 +152,9 @@ class Packing:
         packed = [p for p in self.packs if p.placement.packed]
         alone = [p.placement.names[0] for p in self.packs if not p.placement.packed]
         members = sum(len(p.copies) for p in packed)
-        return (f"packing: {members} trainable variables in {len(packed)} packed PS variables"
+        plural = "" if len(packed) == 1 else "s"
+        return (f"packing: {members} trainable variables in {len(packed)} packed PS "
+                f"variable{plural}"
                 + (f"; unpacked (sparse or no gradient): {', '.join(alone)}" if alone else ""))
 
     def refresh(self, after: Sequence[Any]) -> Any:
