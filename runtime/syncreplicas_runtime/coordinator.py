@@ -157,7 +157,7 @@ def serve_sync_epochs(ctx: Context) -> None:
         run_sync_epochs(ctx)
     except Exit as err:
         exit_now(err.code, err.reason)
-    except Exception as err:  # noqa: BLE001 - the process must not outlive its sync loop
+    except Exception as err:  # the process must not outlive its sync loop
         exit_now(exitcodes.RETRY, f"the sync loop failed: {type(err).__name__}: "
                  f"{str(err).splitlines()[0] if str(err) else ''}")
 

@@ -231,8 +231,8 @@ def test_a_killed_chief_costs_only_its_own_gradients(tmp_path: Path) -> None:
         killed_step, _, _ = scrape()
         assert killed_step is not None
         # The chief is dead: three replicas still bring R = 3 gradients per update.
-        gone_step, r, live = wait_for("steps without the chief",
-                                      lambda s, r, n: s >= killed_step + 30 and n == 3)
+        gone_step, r, _ = wait_for("steps without the chief",
+                                   lambda s, r, n: s >= killed_step + 30 and n == 3)
         assert r == 3, r
         advanced = gone_step - killed_step
         cluster.restart("chief", 0)

@@ -3,8 +3,9 @@ minReplicasToAggregate) instead of stalling the job; R comes back when it return
 
 Real processes: PS, chief and two workers with R = replicas = 3 and
 minReplicasToAggregate = 2. Worker 1 is killed (SIGKILL) and left dead: the global step
-keeps advancing and PS 0's gauges (the sync loop runs there) say R = 2, 2 live replicas. Worker 1 is then started
-again: R and the live count go back to 3, and the job finishes with every process exiting 0.
+keeps advancing and PS 0's gauges (the sync loop runs there) say R = 2, 2 live replicas.
+Worker 1 is then started again: R and the live count go back to 3, and the job finishes
+with every process exiting 0.
 The rules themselves are checked as tables.
 """
 
