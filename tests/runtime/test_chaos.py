@@ -125,7 +125,10 @@ def check_invariants(chief_log: str) -> list[str]:
 @pytest.mark.timeout(1500)
 def test_chaos(tmp_path: Path) -> None:
     rng = random.Random(20261122)
-    job = linear_job(replicasToAggregate=2, training__maxSteps=MAX_STEPS,
+    # R = replicas (no backup): updates wait while the chief is down, so the run outlasts
+    # the seven restarts (with a backup the others would reach maxSteps meanwhile; that
+    # case is test_a_killed_chief_costs_only_its_own_gradients).
+    job = linear_job(replicasToAggregate=3, training__maxSteps=MAX_STEPS,
                      training__checkpointDir=str(tmp_path / "ckpt"),
                      training__checkpointEverySteps=20, training__logEverySteps=10,
                      training__chiefLostTimeoutSeconds=240, training__startupTimeoutSeconds=240)
