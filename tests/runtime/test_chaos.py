@@ -260,8 +260,9 @@ def test_a_killed_chief_costs_only_its_own_gradients(tmp_path: Path) -> None:
     after = [int(m[1]) for m in CKPT_RE.finditer(chief.split("start #2 of chief-0")[1]) if m[1]]
     assert after and min(after) >= rejoined_at, chief
     assert len(GATE_RE.findall(cluster.log("ps", 0))) == 1
-    print(f"global step advanced by {advanced:.0f} while the chief was down; the chief "
-          f"rejoined the running epoch at global step {rejoined_at}")
+    print(f"global step advanced by {advanced:.0f} before the chief was started again and "
+          f"by {rejoined_at - killed_step:.0f} until it rejoined the running epoch (killed at "
+          f"~{killed_step:.0f}, rejoined at {rejoined_at})")
 
 
 @pytest.mark.timeout(600)
