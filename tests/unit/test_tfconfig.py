@@ -113,10 +113,37 @@ def test_tf_config_refuses_tasks_outside_the_cluster(
 
 def test_tf_config_does_not_share_the_cluster() -> None:
     cluster = tfconfig.cluster_spec(job_spec(), tfconfig.cluster_addresses("j", "ns"))
-    config = tfconfig.tf_config(cluster, "worker", 1)
+    config = tfconfig.tf_config(cluster, "ps", 0)
     config["cluster"]["worker"].append("x:1")
     assert len(cluster["worker"]) == 2
-    assert config["task"] == {"type": "worker", "index": 1}
+    assert config["task"] == {"type": "ps", "index": 0}
+
+
+@pytest.mark.parametrize(
+    ("replica_type", "index", "workers_told"),
+    [("ps", 0, ["j-worker-0.ns.svc:2222", "j-worker-1.ns.svc:2222"]),
+     ("chief", 0, {}),
+     ("worker", 1, {"1": "j-worker-1.ns.svc:2222"})],
+)
+def test_only_a_ps_is_told_every_worker(replica_type: str, index: int,
+                                         workers_told: object) -> None:
+    cluster = tfconfig.cluster_spec(job_spec(), tfconfig.cluster_addresses("j", "ns"))
+    config = tfconfig.tf_config(cluster, replica_type, index)
+    assert config["cluster"]["worker"] == workers_told
+    assert config["cluster"]["ps"] == cluster["ps"]
+    assert config["cluster"]["chief"] == cluster["chief"]
+
+
+@pytest.mark.parametrize(("replica_type", "index"), [("chief", 0), ("worker", 7)])
+def test_a_replica_environment_does_not_grow_with_workers(replica_type: str,
+                                                           index: int) -> None:
+    sizes = []
+    for workers in (10, 1000):
+        s = job_spec(workers=workers, replicasToAggregate=2)
+        cluster = tfconfig.cluster_spec(s, tfconfig.cluster_addresses("j", "ns"))
+        env = tfconfig.replica_environment("j", "ns", s, cluster, replica_type, index)
+        sizes.append(len(env[naming.ENV_TF_CONFIG]))
+    assert sizes[1] <= sizes[0] * 1.2, sizes
 
 
 @pytest.mark.parametrize("workers", [0, 3])

@@ -49,16 +49,23 @@ def cluster_spec(spec: JobSpec, address: AddressFn) -> dict[str, list[str]]:
 def tf_config(
     cluster: Mapping[str, Sequence[str]], replica_type: str, index: int
 ) -> dict[str, Any]:
-    """TF_CONFIG for one replica; refuses a task that is not in the cluster."""
+    """TF_CONFIG for one replica; refuses a task that is not in the cluster.
+
+    A PS is told every task: it calls each replica for its gradients. The chief and the
+    workers talk only to the parameter servers, so their ``worker`` entry is sparse (the
+    runtime accepts TensorFlow's ``{index: address}`` form) and holds at most themselves:
+    a pod's size does not grow with the number of workers.
+    """
     if replica_type not in naming.REPLICA_TYPES:
         raise ValueError(f"unknown replica type {replica_type!r}")
     size = len(cluster.get(replica_type, ()))
     if not 0 <= index < size:
         raise ValueError(f"{replica_type} index {index} out of range (the cluster has {size})")
-    return {
-        "cluster": {t: list(addresses) for t, addresses in cluster.items()},
-        "task": {"type": replica_type, "index": index},
-    }
+    told: dict[str, Any] = {t: list(addresses) for t, addresses in cluster.items()}
+    if replica_type != naming.PS and naming.WORKER in cluster:
+        own = replica_type == naming.WORKER
+        told[naming.WORKER] = {str(index): cluster[naming.WORKER][index]} if own else {}
+    return {"cluster": told, "task": {"type": replica_type, "index": index}}
 
 
 def job_settings(spec: JobSpec) -> dict[str, Any]:

@@ -187,17 +187,21 @@ def _local_tf_config(pod: str, text: str, tf_ports: Mapping[str, int]) -> str:
         cluster = tf_config["cluster"]
     except (ValueError, KeyError, TypeError):
         raise LocalPlanError(f"pod {pod}: {naming.ENV_TF_CONFIG} is not a cluster spec") from None
-    local: dict[str, list[str]] = {}
+    local: dict[str, Any] = {}
     for replica_type, addresses in cluster.items():
-        ports = []
-        for index in range(len(addresses)):
+        # A dense job is a list; a sparse one maps task indices to addresses.
+        sparse = isinstance(addresses, dict)
+        indices = [int(i) for i in addresses] if sparse else list(range(len(addresses)))
+        ports = {}
+        for index in indices:
             key = naming.replica_key(replica_type, index)
             if key not in tf_ports:
                 raise LocalPlanError(
                     f"pod {pod}: {naming.ENV_TF_CONFIG} lists {key}, which has no Pod"
                 )
-            ports.append(f"{LOOPBACK}:{tf_ports[key]}")
-        local[replica_type] = ports
+            ports[index] = f"{LOOPBACK}:{tf_ports[key]}"
+        local[replica_type] = ({str(i): a for i, a in ports.items()} if sparse
+                               else [ports[i] for i in indices])
     return json.dumps({**tf_config, "cluster": local}, sort_keys=True)
 
 
