@@ -134,8 +134,8 @@ class Coordinator:
         """After the loop failed (a PS lost mid-update): close the epoch's token queues.
 
         A replica whose push had landed before the loss waits for a token that this loop
-        will never hand out; closing wakes it (the chief opens a new epoch, workers
-        rejoin). If PS 0 itself is gone the close fails too, and so do their waits.
+        will never hand out; closing wakes it at once instead of at the next epoch
+        (watch_epoch notices the loop is gone and opens one).
         """
         opts = tf.compat.v1.RunOptions(timeout_in_ms=5000)
         try:
