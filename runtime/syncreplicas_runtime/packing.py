@@ -23,9 +23,12 @@ variable once (one RecvTensor per PS), splitting and reshaping it on the replica
 writing the copies. The next step computes on those values, so the step needs no extra
 ``session.run`` and its variables are at least as new as its tag, as in stock TensorFlow.
 The refresh also waits for the step's loss, so no read of the step can see the new values.
-Joining an epoch (``local_init_op``, and the chief's ``chief_init_op`` after a restore)
-refreshes the copies as well. The chief evaluates on its copies: after its last step they
-hold the variables as of that step's token.
+Joining an epoch (``local_init_op``, run by the chief after it kept, restored or
+initialized the variables) refreshes the copies as well. The chief evaluates on its copies:
+after its last step they hold the variables as of that step's token. PS 0 builds the same
+graph to run the sync loop, with its own device as the replica's, so its copies would live
+on PS 0; it runs only ``chief_init_op`` and the update, neither of which touches a copy, so
+they are never allocated there.
 
 What is not packed. Elementwise optimizers (sgd, momentum, adagrad, adam, rmsprop) update
 a flat variable exactly as they update its pieces. A trainable variable whose gradient is

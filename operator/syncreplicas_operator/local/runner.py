@@ -353,10 +353,12 @@ class LocalRunner:
                     return verdict
             if not any(r.running() or r.restart_at is not None for r in self.replicas):
                 return "failed", RUN_FAILED, "every replica stopped before the chief finished"
-            # Replicas given up on (failed, not restarting); those that exited 0 are done.
+            # Replicas given up on: an exit already handled by _on_exit that left them
+            # failed and not restarting. Not `not running()`: an incarnation that ends
+            # between the loop above and here is not reaped yet, and its exit_codes still
+            # end with an earlier incarnation's failure.
             lost = sum(1 for r in self.replicas if r.spec.replica_type != naming.PS
-                       and not r.running() and r.restart_at is None and r.exit_codes
-                       and r.exit_codes[-1] != 0)
+                       and r.state.startswith("failed") and r.restart_at is None)
             left = spec.total_replicas - lost
             if left < min(spec.replicas_to_aggregate, spec.total_replicas):
                 # On a cluster the job would report Stalled and wait for someone to act;
