@@ -1,5 +1,7 @@
-"""Variable packing with real processes: the same weights and the same checkpoints as
-without it, and checkpoints that restore across the two modes.
+"""Variable packing: the same weights and the same checkpoints as without it (one run of
+real processes each way), checkpoints that restore across the two modes and every optimizer
+updating a packed variable as its pieces (in-process, seconds), and PS 0's graph, which
+never touches the local copies.
 
 The model (tests/runtime/packmodels.py) mixes get_variable weights, a Keras layer, an
 embedding (sparse gradient: kept unpacked), an unused trainable variable (no gradient) and a
@@ -8,7 +10,7 @@ non-trainable counter; adam adds two slots per variable and two non-slot variabl
 
 from __future__ import annotations
 
-import shutil
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,6 @@ from tests.runtime.rtutil import runtime_env
 from tests.support.jobs import with_changes
 from tests.support.tfcluster import start_cluster
 
-pytestmark = pytest.mark.slow
-
 JOB: dict[str, Any] = {
     "replicasToAggregate": 2, "workers": 1, "parameterServers": 2,
     "model": {"entrypoint": "tests.runtime.packmodels:build"},
@@ -30,12 +30,10 @@ JOB: dict[str, Any] = {
 }
 
 
-def train(tmp_path: Path, name: str, pack: bool, steps: int,
-          restore_from: Path | None = None) -> tuple[dict[str, np.ndarray], str]:
+def train(tmp_path: Path, name: str, pack: bool,
+          steps: int) -> tuple[dict[str, np.ndarray], str]:
     """Run the job to ``steps``; returns the final checkpoint's tensors and the chief's log."""
     ckpt = tmp_path / name / "ckpt"
-    if restore_from is not None:
-        shutil.copytree(restore_from, ckpt)
     job = with_changes(JOB, training__maxSteps=steps, training__packVariables=pack,
                        training__checkpointDir=str(ckpt))
     with start_cluster(job, workers=1, ps=2, workdir=tmp_path / name,
@@ -60,8 +58,11 @@ def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_packed_equals_unpacked_and_checkpoints_restore_across_modes(tmp_path: Path) -> None:
+def test_packed_run_equals_unpacked_run(tmp_path: Path) -> None:
+    """Two replicas, 2 PS, adam: the same checkpoint packed or not (restoring across the
+    modes is checked in-process below, for every optimizer)."""
     packed, log = train(tmp_path, "packed", pack=True, steps=8)
     unpacked, log_off = train(tmp_path, "unpacked", pack=False, steps=8)
     # Balanced by bytes over 2 PS: the embedding (384 B, unpacked) fills PS 0, so the four
@@ -81,12 +82,149 @@ def test_packed_equals_unpacked_and_checkpoints_restore_across_modes(tmp_path: P
     assert not np.allclose(packed["mix/w1/Adam"], 0)
     assert "variables initialized" in log
 
-    # Written packed, restored unpacked; written unpacked, restored packed: same run on.
-    on_unpacked, log_u = train(tmp_path, "packed-then-unpacked", pack=False, steps=14,
-                               restore_from=tmp_path / "packed" / "ckpt")
-    on_packed, log_p = train(tmp_path, "unpacked-then-packed", pack=True, steps=14,
-                             restore_from=tmp_path / "unpacked" / "ckpt")
-    for log in (log_u, log_p):
-        assert "variables restored model.ckpt-8, global step 8" in log, log
-    assert_same(on_unpacked, on_packed)
-    assert not np.allclose(on_packed["mix/w1"], packed["mix/w1"])
+
+# -- in-process (one local PS server, no replicas): seconds, not minutes ----------------------
+
+OPTIMIZERS = ["sgd", "momentum", "adagrad", "adam", "rmsprop"]
+
+
+@pytest.fixture(scope="module")
+def ps_targets() -> tuple[str, str]:
+    """Two one-task in-process "ps" servers (they end with pytest): the packed trainers' and
+    the unpacked ones'. One each, as the copies have the model's names: on one server
+    they would be the unpacked trainer's variables. Each trainer initializes what it uses."""
+    import tensorflow as tf
+
+    from tests.support.tfcluster import free_port
+
+    tf.compat.v1.disable_eager_execution()
+    servers = [tf.distribute.Server({"ps": [f"127.0.0.1:{free_port()}"]}, job_name="ps",
+                                    task_index=0) for _ in range(2)]
+    return str(servers[0].target), str(servers[1].target)
+
+
+class LocalTrainer:
+    """packmodels trained by one optimizer, its variables packed or not (the runtime's
+    packing, optimizer and saver, without the sync machinery)."""
+
+    def __init__(self, target: str, optimizer: str, packed: bool) -> None:
+        import tensorflow as tf
+        from syncreplicas_runtime.graph import make_optimizer
+        from syncreplicas_runtime.model import build_model
+        from syncreplicas_runtime.packing import local_model_variables, pack
+
+        from tests.runtime import packmodels
+
+        v1 = tf.compat.v1
+        self.graph = tf.Graph()
+        own = "/job:ps/task:0/device:CPU:0"
+        with self.graph.as_default(), tf.device(own):
+            with local_model_variables(own) as copies:
+                self.model = build_model(packmodels.build, entrypoint="packmodels:build",
+                                         args={}, replica=0, num_replicas=1, batch_size=8,
+                                         seed=0)
+            opt = make_optimizer(optimizer, 0.05)
+            gvs = opt.compute_gradients(self.model.loss)
+            self.packing = pack(gvs, copies, 1, own) if packed else None
+            if self.packing is not None:
+                gvs = self.packing.grads_and_vars
+            # After the loss, as in the runtime (where the update runs later, on the PS):
+            # nothing orders an in-place update after every read of the forward pass.
+            with tf.control_dependencies([self.model.loss]):
+                self.train = opt.apply_gradients(gvs)
+            init = [v1.global_variables_initializer()]
+            self.after = [self.packing.refresh([self.train])] if packed else []
+            self.fill = self.packing.refresh([]) if packed else tf.no_op()
+            saved = (self.packing.saver_var_list(opt, v1.global_variables()) if packed
+                     else v1.global_variables())
+            self.saver = v1.train.Saver(saved, sharded=False, save_relative_paths=True)
+        self.sess = v1.Session(target, graph=self.graph)
+        self.sess.run(init)
+        self.sess.run(self.fill)
+        self.steps = 0
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            # As in a step's run: the refresh waits for the update, in the same run.
+            self.sess.run([self.train, *self.after], self.model.feed(self.steps))
+            self.steps += 1
+
+    def save(self, path: Path) -> dict[str, np.ndarray]:
+        import tensorflow as tf
+
+        prefix = self.saver.save(self.sess, str(path / "model.ckpt"), write_meta_graph=False)
+        reader = tf.train.load_checkpoint(prefix)
+        return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()}
+
+    def restore(self, path: Path, steps: int) -> None:
+        self.saver.restore(self.sess, str(path / "model.ckpt"))
+        self.sess.run(self.fill)
+        self.steps = steps
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_optimizers_update_packed_variables_as_their_pieces(ps_targets: tuple[str, str],
+                                                            optimizer: str,
+                                                            tmp_path: Path) -> None:
+    """Every supported optimizer is elementwise: packed == unpacked, slots included; and a
+    checkpoint written in one mode restores in the other and training goes on the same."""
+    packed = LocalTrainer(ps_targets[0], optimizer, packed=True)
+    unpacked = LocalTrainer(ps_targets[1], optimizer, packed=False)
+    assert packed.packing is not None
+    assert [p.placement.packed for p in packed.packing.packs] == [True, False, False]
+    initial = packed.save(tmp_path / "init")
+    for t in (packed, unpacked):
+        t.run(3)
+    a, b = packed.save(tmp_path / "p"), unpacked.save(tmp_path / "u")
+    assert_same(a, b)
+    assert not np.allclose(a["mix/w1"], initial["mix/w1"])  # training moved the weights
+    # Crossed: the packed checkpoint into the unpacked graph and the other way round.
+    packed.restore(tmp_path / "u", 3)
+    unpacked.restore(tmp_path / "p", 3)
+    for t in (packed, unpacked):
+        t.run(2)
+    assert_same(packed.save(tmp_path / "p2"), unpacked.save(tmp_path / "u2"))
+
+
+def test_ps0_graph_never_touches_the_local_copies() -> None:
+    """PS 0 builds the replicas' graph to run the sync loop: nothing it runs reads or writes
+    a local copy (they would be allocated on PS 0), while a replica's join fills them."""
+    import tensorflow as tf
+    from syncreplicas_runtime.cluster import parse_config
+    from syncreplicas_runtime.graph import build_training_graph
+    from syncreplicas_runtime.model import load_entrypoint
+
+    tf.compat.v1.disable_eager_execution()
+
+    def graph_of(role: str) -> Any:
+        env = {"TF_CONFIG": json.dumps({"cluster": {
+            "ps": ["127.0.0.1:1", "127.0.0.1:2"], "chief": ["127.0.0.1:3"],
+            "worker": ["127.0.0.1:4"]}, "task": {"type": role, "index": 0}}),
+               "SYNCREPLICAS_JOB": json.dumps(JOB)}
+        cfg = parse_config(env)
+        return build_training_graph(cfg, load_entrypoint(cfg.model.entrypoint), epoch=7)
+
+    def reaches(fetches: list[Any]) -> set[Any]:
+        seen: set[Any] = set()
+        todo = [f.op if hasattr(f, "op") else f for f in fetches]
+        while todo:
+            op = todo.pop()
+            if op not in seen:
+                seen.add(op)
+                todo.extend(t.op for t in op.inputs)
+                todo.extend(op.control_inputs)
+        return seen
+
+    ps0 = graph_of("ps")
+    assert ps0.packing is not None
+    copies = {c.op for p in ps0.packing.packs for c in p.copies}
+    assert {c.device for c in copies} == {"/job:ps/task:0/device:CPU:0"}
+    e = ps0.elastic
+    runs = [ps0.chief_init_op, ps0.sync_op, ps0.gate_tokens_op, ps0.close_tokens_op, ps0.depth,
+            ps0.pending, e.init, e.set_r, *e.read.values(), *e.wait_and_read.values(),
+            e.updated_at, ps0.report_uninitialized, ps0.global_step]
+    assert not reaches(runs) & copies
+    chief = graph_of("chief")
+    assert chief.packing is not None
+    copies = {c.op for p in chief.packing.packs for c in p.copies}
+    assert copies <= reaches([chief.local_init_op])
