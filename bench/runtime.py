@@ -76,6 +76,9 @@ PACKING_VARIABLES = (2, 64, 256)
 # ours / stock steps/s wanted at this many variables; ours at 256 vs ours at 2.
 PACKING_TARGETS = {64: 3.0, 256: 8.0}
 PACKING_FLAT_TARGET = 0.7
+# A run's time besides its window and warm-up: processes importing TensorFlow on a quiet
+# machine, the first step, every replica joining, shutting down. For the estimate only.
+RUN_OVERHEAD_S = 25.0
 
 
 def cells(workers: int, slow_ms: float) -> list[Cell]:
@@ -254,12 +257,17 @@ def main(argv: list[str] | None = None) -> int:
     if opts.cells:
         all_cells = [all_cells[int(i) - 1] for i in opts.cells.split(",")]
     systems = [opts.only] if opts.only else list(SYSTEMS)
-    root = Path(tempfile.mkdtemp(prefix="bench-runtime-"))
+    runs = opts.repeats * sum(runs_on(s, c) for c in all_cells for s in systems)
     results: dict[tuple[str, str], list[Result]] = {}
     started = datetime.datetime.now(datetime.UTC)
     print(f"# bench/runtime.py {' '.join(sys.argv[1:])}  ({started:%Y-%m-%d %H:%M} UTC)")
+    root = Path(tempfile.mkdtemp(prefix="bench-runtime-"))
+    print(f"# chief + {opts.workers} workers (1 PS unless the cell says); logs in {root}")
     print(
-        f"# chief + {opts.workers} workers (1 PS unless the cell says); logs in {root}", flush=True
+        f"# {len(all_cells)} cells x {opts.repeats} repeat(s), interleaved: {runs} runs, "
+        f"about {estimate_s(runs, opts) / 60:.0f} min on a quiet machine "
+        f"(up to {runs * opts.timeout / 60:.0f} min if every run times out)",
+        flush=True,
     )
     try:
         for rep in range(opts.repeats):
@@ -290,6 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(all_cells, systems, results, opts))
     return 0
+
+
+def estimate_s(runs: int, opts: argparse.Namespace) -> float:
+    """Roughly how long ``runs`` runs take: window, warm-up and the usual start and stop."""
+    return runs * (opts.window + opts.warmup + RUN_OVERHEAD_S)
 
 
 def report(
@@ -377,7 +390,10 @@ def packing_report(
             target = PACKING_TARGETS.get(n)
             for other in ("stock", "ours-unpacked"):
                 if other in systems and "ours" in systems:
-                    want = f">= {target:g}x" if other == "stock" and target else "-"
+                    if other == "stock":
+                        want = f">= {target:g}x" if target else "-"
+                    else:  # packing must not cost the few-variable model anything
+                        want = ">= 1.0x" if n == min(PACKING_VARIABLES) else "-"
                     lines.append(
                         f"| {ps} PS, {n} variables | ours / {other}: steps/s (CPU per step) | "
                         f"{ratio(cell, 'ours', cell, other)} "
@@ -389,9 +405,6 @@ def packing_report(
                 f"| {ps} PS | ours at {many.variables} / at {few.variables} variables: steps/s "
                 f"| {ratio(many, 'ours', few, 'ours')} | >= {PACKING_FLAT_TARGET:g}x |"
             )
-    lines.append(
-        "(2 variables: ours / ours-unpacked is the 'no slower than today' check, >= 1.0x.)"
-    )
     return "\n".join(lines)
 
 

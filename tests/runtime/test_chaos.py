@@ -32,6 +32,7 @@ EVENTS = ["chief_kill", "chief_kill", "worker_kill", "chief_kill", "chief_term",
           "ps_kill", "chief_kill"]
 TOKEN_BOUND = 3  # max(replicas, R) + initialTokens
 HANG_GUARD = 120.0
+PACKED = "packing: 2 trainable variables in 1 packed PS variable"
 
 EPOCH_RE = re.compile(r"sync epoch ([0-9a-f]+): variables (\w+)[^,]*, global step (\d+)")
 STEP_RE = re.compile(r"global_step=(\d+) ")
@@ -172,6 +173,10 @@ def test_chaos(tmp_path: Path) -> None:
     chief_log = cluster.log("chief", 0)
     assert f"finished at global step {MAX_STEPS}" in chief_log, logs
     assert "stopped by SIGTERM after writing model.ckpt-" in chief_log, logs
+    # Packing is on (the default): w and b are one packed PS variable, restored after the
+    # PS loss from a checkpoint under their own names.
+    packing = [line for line in chief_log.splitlines() if "packing:" in line]
+    assert packing and all(line.endswith(PACKED) for line in packing), packing
     starts = check_invariants(chief_log)
     assert len(starts) == 1 + len(EVENTS) - 1, starts  # every chief start and the PS loss
     assert any(s.startswith("restored") for s in starts), starts  # after the PS came back

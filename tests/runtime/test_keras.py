@@ -141,6 +141,10 @@ def test_keras_tf_data_model_survives_chief_and_ps_kills(tmp_path: Path) -> None
     assert cluster.replica("ps", 1).exit_codes == [-9], logs
     chief_log = cluster.log("chief", 0)
     assert f"finished at global step {STEPS}" in chief_log, logs
+    # Packing is on (the default): the Keras layers' variables are packed, none left alone.
+    assert re.search(r"packing: 4 trainable variables in \d packed PS variables?\n",
+                     chief_log), chief_log
+    assert "unpacked (sparse or no gradient)" not in chief_log
     assert [m[1] for m in EPOCH_RE.finditer(chief_log)][-2:] == ["kept", "restored"], chief_log
 
     import tensorflow as tf

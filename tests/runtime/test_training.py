@@ -47,6 +47,8 @@ def test_linear_reaches_max_steps_matches_single_process_and_everyone_exits_zero
     chief = cluster.log("chief", 0)
     assert f"finished at global step {steps}" in chief, logs
     assert "the chief reported training finished" in cluster.log("ps", 0)
+    # Packing is on (the default): w and b are one PS variable.
+    assert "packing: 2 trainable variables in 1 packed PS variable" in chief, chief
     # Loss falls (periodic log lines carry the loss of the chief's batch).
     losses = [loss for _, loss in logged_steps(chief)]
     w_ref, b_ref, ref_losses = reference_sgd(0, 2, steps, 8, 4, lr)
@@ -158,6 +160,8 @@ def test_many_variables_packed_over_two_ps_match_single_process(tmp_path: Path) 
         codes = cluster.wait(timeout=240)
         logs = cluster.logs()
     assert set(codes.values()) == {0} and len(codes) == 5, logs
+    chief = cluster.log("chief", 0)
+    assert f"packing: {variables} trainable variables in 2 packed PS variables\n" in chief, chief
     import tensorflow as tf
 
     reader = tf.train.load_checkpoint(str(ckpt))
