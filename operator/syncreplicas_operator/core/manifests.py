@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from . import naming, tfconfig
-from .enums import ChiefRestartPolicy, RestartPolicy
+from .enums import ChiefRestartPolicy, GangScheduler, RestartPolicy
 from .spec import Job, JobSpec
 
 # The image the chart publishes; the operator passes its configured one (default_image=).
@@ -264,7 +264,58 @@ def build_pod(
     _writable_dirs(pod_spec, container, writable)
     _secure_pod(pod_spec)
     pod_spec["restartPolicy"] = pod_restart_policy(spec, replica_type)
+    _join_pod_group(job, metadata, pod_spec)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def _join_pod_group(job: Job, metadata: Manifest, pod_spec: Manifest) -> None:
+    """Hand the pod to the gang scheduler and put it in the job's PodGroup."""
+    policy = job.spec.run_policy.scheduling_policy
+    if policy is None:
+        return
+    # The policy is explicit about its scheduler: it wins over a template's schedulerName.
+    pod_spec["schedulerName"] = policy.scheduler_name
+    group = naming.pod_group_name(job.name)
+    if policy.gang_scheduler == GangScheduler.COSCHEDULING:
+        metadata["labels"][naming.COSCHEDULING_POD_GROUP_LABEL] = group
+    else:
+        metadata.setdefault("annotations", {})[naming.VOLCANO_GROUP_ANNOTATION] = group
+
+
+def pod_group_api_version(spec: JobSpec) -> str | None:
+    """The PodGroup API the job's gang scheduler reads; None without a scheduling policy."""
+    policy = spec.run_policy.scheduling_policy
+    if policy is None:
+        return None
+    if policy.gang_scheduler == GangScheduler.COSCHEDULING:
+        return naming.COSCHEDULING_API_VERSION
+    return naming.VOLCANO_API_VERSION
+
+
+def pod_group_min_member(spec: JobSpec) -> int:
+    """Pods that must be placed together for the job to train at all: every PS, the chief
+    and the workers that make up min(replicasToAggregate, replicas) gradient replicas. A
+    replica beyond that is a backup: it may wait for room without holding the others."""
+    return spec.parameter_servers + min(spec.replicas_to_aggregate, spec.total_replicas)
+
+
+def build_pod_group(job: Job) -> Manifest:
+    """The job's PodGroup for its gang scheduler (the job must have a scheduling policy)."""
+    policy = job.spec.run_policy.scheduling_policy
+    api_version = pod_group_api_version(job.spec)
+    if policy is None or api_version is None:
+        raise ValueError(f"job {job.name} has no runPolicy.schedulingPolicy")
+    group_spec: Manifest = {"minMember": pod_group_min_member(job.spec)}
+    if policy.schedule_timeout_seconds is not None:
+        group_spec["scheduleTimeoutSeconds"] = policy.schedule_timeout_seconds
+    if policy.queue is not None:
+        group_spec["queue"] = policy.queue
+    return {
+        "apiVersion": api_version,
+        "kind": naming.POD_GROUP_KIND,
+        "metadata": _metadata(job, naming.pod_group_name(job.name), naming.job_labels(job.name)),
+        "spec": group_spec,
+    }
 
 
 def build_service(job: Job, replica_type: str, index: int) -> Manifest:
@@ -330,9 +381,13 @@ def build_network_policy(job: Job) -> Manifest:
 
 
 def build_children(job: Job, *, default_image: str = DEFAULT_IMAGE) -> list[Manifest]:
-    """Everything the job consists of, in creation order: the NetworkPolicy, then per
-    replica (PS, chief, workers) its Service before its Pod."""
-    children: list[Manifest] = [build_network_policy(job)]
+    """Everything the job consists of, in creation order: its PodGroup (with a scheduling
+    policy), the NetworkPolicy, then per replica (PS, chief, workers) its Service before
+    its Pod."""
+    children: list[Manifest] = []
+    if job.spec.run_policy.scheduling_policy is not None:
+        children.append(build_pod_group(job))
+    children.append(build_network_policy(job))
     for replica_type, count in job.spec.replica_counts().items():
         for index in range(count):
             children.append(build_service(job, replica_type, index))
