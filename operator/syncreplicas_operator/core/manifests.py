@@ -190,8 +190,18 @@ def _writable_dirs(pod_spec: Manifest, container: Manifest, paths: Mapping[str, 
             volumes.append({"name": volume, "emptyDir": {}})
 
 
-def _environment(job: Job, replica_type: str, index: int) -> list[Manifest]:
-    cluster = tfconfig.cluster_spec(job.spec, tfconfig.cluster_addresses(job.name, job.namespace))
+def job_cluster(job: Job) -> dict[str, list[str]]:
+    """The job's TF cluster spec on Kubernetes (every replica's Service address). Built
+    once per job and passed to :func:`build_pod`: rebuilding it per pod makes a job's
+    pods cost O(workers^2)."""
+    return tfconfig.cluster_spec(job.spec, tfconfig.cluster_addresses(job.name, job.namespace))
+
+
+def _environment(
+    job: Job, replica_type: str, index: int, cluster: Mapping[str, list[str]] | None
+) -> list[Manifest]:
+    if cluster is None:
+        cluster = job_cluster(job)
     values = tfconfig.replica_environment(
         job.name, job.namespace, job.spec, cluster, replica_type, index
     )
@@ -205,8 +215,10 @@ def build_pod(
     *,
     default_image: str = DEFAULT_IMAGE,
     annotations: Mapping[str, str] | None = None,
+    cluster: Mapping[str, list[str]] | None = None,
 ) -> Manifest:
-    """The Pod of one replica. ``annotations`` are added (e.g. a restart round)."""
+    """The Pod of one replica. ``annotations`` are added (e.g. a restart round);
+    ``cluster`` is :func:`job_cluster`'s result, when the caller builds many pods."""
     spec = job.spec
     if not 0 <= index < spec.replica_count(replica_type):
         raise ValueError(f"{replica_type} index {index} out of range for job {job.name}")
@@ -244,7 +256,7 @@ def build_pod(
         for p in container.get("ports") or []
         if p.get("name") not in own_port_names and p.get("containerPort") not in own_port_numbers
     ]
-    own_env = _environment(job, replica_type, index)
+    own_env = _environment(job, replica_type, index, cluster)
     own_env_names = {e["name"] for e in own_env}
     user_env = [e for e in container.get("env") or [] if e.get("name") not in own_env_names]
     container["env"] = user_env + own_env
@@ -388,8 +400,11 @@ def build_children(job: Job, *, default_image: str = DEFAULT_IMAGE) -> list[Mani
     if job.spec.run_policy.scheduling_policy is not None:
         children.append(build_pod_group(job))
     children.append(build_network_policy(job))
+    cluster = job_cluster(job)
     for replica_type, count in job.spec.replica_counts().items():
         for index in range(count):
             children.append(build_service(job, replica_type, index))
-            children.append(build_pod(job, replica_type, index, default_image=default_image))
+            children.append(
+                build_pod(job, replica_type, index, default_image=default_image, cluster=cluster)
+            )
     return children

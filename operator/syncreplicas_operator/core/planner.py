@@ -491,6 +491,7 @@ class _Planner:
                 self.actions.append(CreateChild(service_body))
                 created_services += 1
         created_pods = 0
+        cluster: dict[str, list[str]] | None = None
         for replica_type, count in counts.items():
             for index in range(count):
                 name = naming.replica_name(job.name, replica_type, index)
@@ -502,12 +503,15 @@ class _Planner:
                 if restarting_job and replica_type != naming.CHIEF:
                     restart_round = str(self.status["restartJob"].get("round", ""))
                     annotations[naming.ANNOTATION_RESTART_ROUND] = restart_round
+                if cluster is None:
+                    cluster = manifests.job_cluster(job)
                 pod = manifests.build_pod(
                     job,
                     replica_type,
                     index,
                     default_image=self.default_image,
                     annotations=annotations,
+                    cluster=cluster,
                 )
                 self.actions.append(CreateChild(pod))
                 self.pods[name] = ObservedPod(name=name, replica_type=replica_type, index=index)
