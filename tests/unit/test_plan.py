@@ -729,3 +729,11 @@ def test_a_missing_gang_scheduler_fails_the_job_naming_its_api() -> None:
     assert failed is not None and failed["reason"] == naming.REASON_GANG_SCHEDULER_MISSING
     assert naming.VOLCANO_API_VERSION in failed["message"]
     assert naming.REASON_GANG_SCHEDULER_MISSING in reasons(plan)
+
+
+def test_a_gang_scheduler_gone_after_the_pods_were_created_fails_nothing() -> None:
+    world = running_world(runPolicy=COSCHEDULING)
+    world.pod_group, world.pod_group_api = None, False  # operator restarted; API gone
+    plan = world.plan()
+    assert not world.is_true("Failed")
+    assert not [a for a in plan.actions if isinstance(a, CreateChild | DeletePodGroup)]

@@ -321,9 +321,12 @@ class _Planner:
         return True
 
     def gang_scheduler_missing(self) -> bool:
-        """Fail a job whose gang scheduler is not installed (its pods would never schedule)."""
+        """Fail a job whose gang scheduler is not installed (its pods would never schedule).
+
+        Only before its pods exist: pods a scheduler already placed run on without it."""
         policy = self.spec.run_policy.scheduling_policy
-        if policy is None or self.observed.pod_group_api:
+        created = condition_is_true(self.conditions, naming.CONDITION_CREATED)
+        if policy is None or self.observed.pod_group_api or created:
             return False
         self.fail(
             naming.REASON_GANG_SCHEDULER_MISSING,
@@ -478,7 +481,8 @@ class _Planner:
         # The PodGroup first (the gang scheduler holds the pods until their group exists),
         # the NetworkPolicy next (no pod is ever reachable unprotected), then every Service
         # (peers resolve each other while starting), then pods: PS, chief, workers.
-        if spec.run_policy.scheduling_policy is not None and self.observed.pod_group is not True:
+        gang = spec.run_policy.scheduling_policy is not None and self.observed.pod_group_api
+        if gang and self.observed.pod_group is not True:
             self.actions.append(CreateChild(manifests.build_pod_group(job)))
         if not self.observed.network_policy:
             self.actions.append(CreateChild(manifests.build_network_policy(job)))
