@@ -138,6 +138,8 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, first_epoch: bool,
     except tf.errors.OutOfRangeError as err:
         if ctx.stopping:
             time.sleep(3600)  # the SIGTERM thread is checkpointing and will end the process
+        if coordinator.failure:
+            return f"the sync loop stopped ({coordinator.failure})"
         raise Exit(exitcodes.RETRY, "this chief's token queue was closed by another chief") \
             from err
     finally:

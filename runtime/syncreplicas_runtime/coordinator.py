@@ -18,6 +18,7 @@ every other one is blocked.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
@@ -68,6 +69,7 @@ class Coordinator:
         self.intervals: deque[float] = deque(maxlen=INTERVALS_KEPT)
         self.r_eff = self.r
         self.last_update_at = 0.0
+        self.failure: str | None = None  # why the loop stopped before its epoch ended
 
     def open(self) -> None:
         """R back to replicasToAggregate and every heartbeat fresh: run at the gate."""
@@ -103,9 +105,21 @@ class Coordinator:
                 return  # the epoch's queues were closed
             except tf.errors.OpError as err:
                 if not stop.is_set():
-                    self.ctx.log(f"sync loop stopped: {type(err).__name__}: "
-                                 f"{err.message.splitlines()[0]}")
+                    self.failure = f"{type(err).__name__}: {err.message.splitlines()[0]}"
+                    self.ctx.log(f"sync loop stopped: {self.failure}")
+                    self.wake_replicas()
                 return
+
+    def wake_replicas(self) -> None:
+        """After the loop failed (a PS lost mid-update): close the epoch's token queues.
+
+        A replica whose push had landed before the loss waits for a token that this loop
+        will never hand out; closing wakes it (the chief opens a new epoch, workers
+        rejoin). If PS 0 itself is gone the close fails too, and so do their waits.
+        """
+        opts = tf.compat.v1.RunOptions(timeout_in_ms=5000)
+        with contextlib.suppress(tf.errors.OpError):
+            self.sess.run(self.training.close_tokens_op, options=opts)
 
     def adjust(self, state: dict[str, Any]) -> None:
         """Set R for the next update from who is live (one small run when it changes)."""
