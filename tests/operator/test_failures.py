@@ -122,6 +122,19 @@ async def test_an_evicted_ps_is_restarted_and_its_cause_named(shared_cluster: Cl
     assert status["replicaStatuses"]["ps"]["restarts"] == 0  # backoffLimit 0 not spent
 
 
+async def test_a_deleted_worker_is_replaced_and_named(shared_cluster: Cluster) -> None:
+    """kubeflow/training-operator#1570: a deleted pod is not a job failure."""
+    c, ns = shared_cluster, "deleted"
+    await running(c, ns, "dl", 4, runPolicy={"restartPolicy": "ExitCode", "backoffLimit": 0})
+    await c.delete(f"/api/v1/namespaces/{ns}/pods/dl-worker-0")
+    await c.wait_for(lambda: posts(c, ns)["dl-worker-0"] == 2, what="worker re-created")
+    news = await c.wait_for(lambda: event(c, ns, naming.REASON_REPLICA_RESTARTED))
+    assert "dl-worker-0: deleted while the job ran" in str(news["message"])
+    await c.wait_for(lambda: c.status(ns, "dl").get("phase") == naming.PHASE_RESTARTING)
+    await c.run_pods(ns, "dl")
+    await c.wait_for(lambda: c.status(ns, "dl").get("phase") == naming.PHASE_RUNNING)
+
+
 async def test_a_preempted_pod_stuck_terminating_is_force_deleted_and_replaced(
     shared_cluster: Cluster,
 ) -> None:

@@ -737,3 +737,17 @@ def test_a_gang_scheduler_gone_after_the_pods_were_created_fails_nothing() -> No
     plan = world.plan()
     assert not world.is_true("Failed")
     assert not [a for a in plan.actions if isinstance(a, CreateChild | DeletePodGroup)]
+
+
+def test_a_pod_deleted_by_someone_is_replaced_and_named() -> None:
+    """A plain delete (kubectl delete pod) leaves no cause on the pod: say what is known."""
+    world = running_world(runPolicy={"restartPolicy": "ExitCode", "backoffLimit": 0})
+    del world.pods["j-worker-0"]
+    plan = world.plan()
+    assert [a.name for a in plan.actions if isinstance(a, CreateChild)] == ["j-worker-0"]
+    assert "j-worker-0: deleted while the job ran" in world.condition("Restarting")["message"]
+    assert naming.REASON_REPLICA_RESTARTED in reasons(plan)
+    assert world.status["replicaStatuses"]["worker"]["restarts"] == 0
+    world.run_all()
+    world.plan()
+    assert not world.is_true("Restarting") and not world.is_true("Failed")

@@ -108,6 +108,7 @@ class _Planner:
         self.actions: list[Action] = []
         self.requeue: list[float] = []
         self.pods = {p.name: p for p in observed.pods}
+        self.resumed = False
         self.recreations: dict[str, int] = {
             replica_type: int(count)
             for replica_type, count in (self.status.get("recreations") or {}).items()
@@ -291,6 +292,7 @@ class _Planner:
             naming.CONDITION_SUSPENDED, False, naming.REASON_RESUMED, "runPolicy.suspend is false"
         ):
             self.event(NORMAL, naming.REASON_RESUMED, "job resumed: creating its pods again")
+            self.resumed = True
 
     def reconcile(self) -> None:
         self.status.setdefault("startTime", self.timestamp)
@@ -495,6 +497,17 @@ class _Planner:
                 self.actions.append(CreateChild(service_body))
                 created_services += 1
         created_pods = 0
+        # Pods of a job whose replicas all existed, gone without the operator restarting
+        # them (no restart, resume or RestartJob round explains it): deleted by someone.
+        was_created = condition_is_true(
+            self.old_status.get("conditions") or [], naming.CONDITION_CREATED
+        )
+        unexplained = was_created and not (
+            self.resumed
+            or restarting_job
+            or condition_is_true(self.conditions, naming.CONDITION_RESTARTING)
+        )
+        replaced: list[str] = []
         cluster: dict[str, list[str]] | None = None
         for replica_type, count in counts.items():
             for index in range(count):
@@ -520,8 +533,16 @@ class _Planner:
                 self.actions.append(CreateChild(pod))
                 self.pods[name] = ObservedPod(name=name, replica_type=replica_type, index=index)
                 created_pods += 1
+                if unexplained:
+                    replaced.append(name)
         if created_pods:
             self.actions.append(CountMetric(PODS_CREATED, created_pods))
+        if replaced:
+            message = f"replacing {', '.join(replaced)}: deleted while the job ran"
+            self.condition(
+                naming.CONDITION_RESTARTING, True, naming.REASON_REPLICA_RESTARTED, message
+            )
+            self.event(WARNING, naming.REASON_REPLICA_RESTARTED, message)
         # Children beyond the spec's counts (or of unknown types) go.
         extra = [p for p in self.live_pods() if p.index >= counts.get(p.replica_type, 0)]
         self.delete_pods(extra)
