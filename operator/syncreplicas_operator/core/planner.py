@@ -387,6 +387,7 @@ class _Planner:
                 f"({policy.backoff_limit})",
             )
             return True
+        acted = bool(restarted)
         # Pods the cluster is deleting on purpose (preemption, eviction, taint): replaced
         # once gone. Named here, as they go, because a vanished pod tells no cause.
         restarted += [
@@ -401,7 +402,7 @@ class _Planner:
             self.condition(
                 naming.CONDITION_RESTARTING, True, naming.REASON_REPLICA_RESTARTED, message
             )
-            if news:
+            if acted or news:
                 self.event(WARNING, naming.REASON_REPLICA_RESTARTED, message)
         return False
 
