@@ -53,7 +53,8 @@ def main() -> int:
 
     imported = time.monotonic()
     model_fn = None
-    if cfg.role != "ps":
+    # PS 0 builds the training graph too: it runs the sync loop (coordinator.py).
+    if cfg.role != "ps" or cfg.index == 0:
         from .graph import build_training_graph
         from .model import ModelError, load_entrypoint
 

@@ -36,6 +36,7 @@ class Context:
     graph: TrainingGraph | None = None
     last_checkpoint: int = -1
     stopping: bool = False
+    start_counted: bool = False  # the chief counted this process in ``chief_starts``
 
     def log(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S", time.gmtime())
@@ -65,7 +66,8 @@ def exit_now(code: int, reason: str) -> None:
 
 
 def start_watchdog(ctx: Context) -> None:
-    """A worker that sees no progress for chiefLostTimeoutSeconds exits 75 (never hangs)."""
+    """A worker that sees no progress for chiefLostTimeoutSeconds exits 75 (never hangs):
+    the updates lack a replica's gradients (the chief's, without a backup) or PS 0's loop."""
     limit = ctx.cfg.training.chief_lost_timeout_seconds
 
     def watch() -> None:
@@ -73,6 +75,6 @@ def start_watchdog(ctx: Context) -> None:
             time.sleep(min(1.0, limit / 4))
             if ctx.watchdog_armed and time.monotonic() - ctx.last_progress > limit:
                 exit_now(exitcodes.RETRY, f"no token and no new sync epoch for {limit:.0f}s: "
-                         "the chief is gone")
+                         "a replica the updates need is gone")
 
     threading.Thread(target=watch, name="watchdog", daemon=True).start()

@@ -1,13 +1,19 @@
-"""The sync-state protocol between chief, workers and PS, as a small graph on PS task 0.
+"""The sync-state protocol between PS 0's coordinator, the chief and the workers, as a small
+graph on PS task 0.
 
 State kept in PS variables outside every sync epoch (read and written by short polls, never
 per training step):
 
 - ``epoch``: id of the current sync epoch (random, nonzero; names the PS container);
-- ``phase``: a :class:`~.phases.Phase`, RESETTING -> GATHERING -> RUNNING -> DONE;
+- ``phase``: a :class:`~.phases.Phase`, RESETTING (PS 0 opened the epoch; the chief keeps,
+  restores or initializes the variables) -> GATHERING (variables ready, set by the chief;
+  replicas join) -> RUNNING (PS 0 opened the start gate) -> DONE (PS 0, at maxSteps);
 - ``ready[r]``: the epoch replica r has joined (chief = 0, worker i = 1 + i);
-- ``done[r]``: 1 once replica r saw the end of training;
-- one "done" queue per PS: the PS process blocks on it and exits 0 when the chief fills it.
+- ``done[r]``: 1 once replica r saw the end of training (the chief: after its last checkpoint);
+- one "done" queue per PS: the PS process blocks on it and exits 0 when PS 0 fills it.
+
+Only PS 0 writes ``epoch`` (it opens an epoch when it starts and after losing another PS);
+the chief moves RESETTING to GATHERING only in the epoch it restored for (compare-and-set).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
 
 
 def ps_done_queue(ps_index: int) -> Any:
-    """The queue PS ``ps_index`` blocks on; the chief fills it when training finished."""
+    """The queue PS ``ps_index`` blocks on; PS 0 fills it when training finished."""
     with tf.device(names.ps_device(ps_index)):
         return v1.FIFOQueue(-1, tf.int32, shapes=[()],
                             shared_name=names.ps_done_queue_name(ps_index),
@@ -57,8 +63,9 @@ class SyncState:
 class SyncProtocol:
     """A session of this replica on the protocol graph. Safe to use from several threads."""
 
-    def __init__(self, cfg: ClusterConfig, target: str) -> None:
+    def __init__(self, cfg: ClusterConfig, target: str, config: Any = None) -> None:
         self.cfg = cfg
+        self._config = config if config is not None else session_config(cfg)
         total = cfg.total_replicas
         self.graph = tf.Graph()
         self._close_ops: dict[int, Any] = {}
@@ -80,10 +87,20 @@ class SyncProtocol:
             self._p_int = v1.placeholder(tf.int64, [])
             self._p_index = v1.placeholder(tf.int32, [])
             self._set_phase = self.phase.assign(tf.cast(self._p_int, tf.int32), read_value=False)
-            self._set_epoch = self.epoch.assign(self._p_int, read_value=False)
             self._set_ready = v1.scatter_update(self.ready, [self._p_index], [self._p_int])
             self._set_done = v1.scatter_update(self.done, [self._p_index], [1])
-            self._reset_done = self.done.initializer
+            self._open_epoch = tf.group(
+                self.epoch.assign(self._p_int, read_value=False),
+                self.phase.assign(int(Phase.RESETTING), read_value=False))
+            resetting = tf.logical_and(tf.equal(self.epoch.read_value(), self._p_int),
+                                       tf.equal(self.phase.read_value(), int(Phase.RESETTING)))
+
+            def advance() -> Any:
+                with tf.control_dependencies(
+                        [self.phase.assign(int(Phase.GATHERING), read_value=False)]):
+                    return tf.constant(True)
+
+            self._variables_ready = tf.cond(resetting, advance, lambda: tf.constant(False))
         with self.graph.as_default():
             self._probes = []
             for j in range(cfg.parameter_servers):
@@ -91,13 +108,12 @@ class SyncProtocol:
                     self._probes.append(tf.timestamp())
             self._ps_done = [ps_done_queue(j).enqueue(1) for j in range(cfg.parameter_servers)]
         self._target = target
-        self.session = v1.Session(target, graph=self.graph, config=session_config(cfg))
+        self.session = v1.Session(target, graph=self.graph, config=self._config)
 
     def reopen(self) -> None:
         """A new session after a PS restart (the old one's graphs died with the PS)."""
         old = self.session
-        self.session = v1.Session(self._target, graph=self.graph,
-                                  config=session_config(self.cfg))
+        self.session = v1.Session(self._target, graph=self.graph, config=self._config)
         threading.Thread(target=old.close, daemon=True).start()
 
     def run(self, fetches: Any, feed: dict[Any, Any] | None = None, timeout: float = 10.0) -> Any:
@@ -167,17 +183,19 @@ class SyncProtocol:
     def set_phase(self, phase: Phase) -> None:
         self.run(self._set_phase, {self._p_int: int(phase)})
 
-    def set_epoch(self, epoch: int) -> None:
-        self.run(self._set_epoch, {self._p_int: epoch})
+    def open_epoch(self, epoch: int) -> None:
+        """PS 0: publish ``epoch`` in phase RESETTING (one run: never a new id in an old phase)."""
+        self.run(self._open_epoch, {self._p_int: epoch})
+
+    def variables_ready(self, epoch: int) -> bool:
+        """Chief: RESETTING -> GATHERING, only if ``epoch`` is still the one being reset."""
+        return bool(self.run(self._variables_ready, {self._p_int: epoch}))
 
     def set_ready(self, replica: int, epoch: int) -> None:
         self.run(self._set_ready, {self._p_index: replica, self._p_int: epoch})
 
     def set_done(self, replica: int) -> None:
         self.run(self._set_done, {self._p_index: replica})
-
-    def reset_done(self) -> None:
-        self.run(self._reset_done)
 
     def close_token_queues(self, epoch: int) -> None:
         """Close ``epoch``'s token queues so every replica blocked on one wakes up."""

@@ -1,5 +1,13 @@
-"""The sync loop with elastic R: aggregate, update and hand out tokens; lower R while
-replicas are lost and raise it again when they return.
+"""The sync epochs, run where the sync state lives (a thread of PS task 0): open an epoch,
+open its start gate, run the sync loop with elastic R (aggregate, update and hand out
+tokens; lower R while replicas are lost and raise it again when they return), end training.
+
+PS 0 holds the token queues, the accumulators and the protocol variables, and its loss loses
+them anyway: running the loop here makes a chief's loss cost only the chief's gradients.
+An epoch is opened when PS 0 starts and when another PS loses its variables; the chief
+keeps, restores or initializes the variables (phase RESETTING -> GATHERING), PS 0 waits for
+the replicas to join, opens the gate (RUNNING) and runs the loop until maxSteps, when it
+waits for the chief's last checkpoint, ends the epoch (DONE) and releases every PS.
 
 Liveness comes from the heartbeats every push stamps on PS 0 (PS 0's clock, in the step's
 own run). A replica is live when it pushed since the last update (it waits on this one) or
@@ -28,10 +36,23 @@ from typing import Any
 
 import tensorflow as tf
 
-from .context import Context
+from . import exitcodes
+from .context import Context, exit_now
+from .control import PEER_ERRORS, SyncProtocol, new_epoch_id
+from .exits import Exit
 from .graph import TrainingGraph, tokens_per_replica
+from .phases import Phase
+from .session import close_quietly, coordinator_session_config, open_session
+from .steploop import POLL, REJOIN_GATE_SECONDS
 
 TICK_SECONDS = 0.25
+WATCH_SECONDS = 0.5
+# The gate of an epoch opened on a running job (PS 0 restarted, or another PS lost its
+# variables) opens once min(R, replicas) replicas have joined and the others had
+# GATE_GRACE_SECONDS more, or after REJOIN_GATE_SECONDS in any case: a replica that is itself
+# restarting joins the running epoch later.
+GATE_GRACE_SECONDS = 1.0
+FINISH_WAIT_SECONDS = 30.0
 SILENCE_FLOOR_SECONDS = 2.0
 SILENCE_UPDATES = 20
 INTERVALS_KEPT = 50
@@ -114,8 +135,8 @@ class Coordinator:
         """After the loop failed (a PS lost mid-update): close the epoch's token queues.
 
         A replica whose push had landed before the loss waits for a token that this loop
-        will never hand out; closing wakes it (the chief opens a new epoch, workers
-        rejoin). If PS 0 itself is gone the close fails too, and so do their waits.
+        will never hand out; closing wakes it at once instead of at the next epoch
+        (watch_epoch notices the loop is gone and opens one).
         """
         opts = tf.compat.v1.RunOptions(timeout_in_ms=5000)
         with contextlib.suppress(tf.errors.OpError):
@@ -138,3 +159,184 @@ class Coordinator:
                          f"aggregates {r_eff} gradients at unix time {time.time():.3f}")
         self.r_eff = r_eff
         m.replicas_to_aggregate.set(r_eff)
+
+
+def serve_sync_epochs(ctx: Context) -> None:
+    """PS 0's coordinator thread: sync epochs until training ends, then release every PS.
+
+    Anything unexpected ends the PS process (exit 75): its restart opens a new epoch, which
+    is better than replicas waiting on a loop that no longer runs.
+    """
+    try:
+        run_sync_epochs(ctx)
+    except Exit as err:
+        exit_now(err.code, err.reason)
+    except Exception as err:  # the process must not outlive its sync loop
+        exit_now(exitcodes.RETRY, f"the sync loop failed: {type(err).__name__}: "
+                 f"{str(err).splitlines()[0] if str(err) else ''}")
+
+
+def run_sync_epochs(ctx: Context) -> None:
+    cfg = ctx.cfg
+    protocol = SyncProtocol(cfg, ctx.server.target, config=coordinator_session_config())
+    try:
+        protocol.wait_for_ps(time.monotonic() + cfg.training.startup_timeout_seconds)
+    except PEER_ERRORS as err:
+        raise Exit(exitcodes.UNREACHABLE, f"PS not reachable within "
+                   f"{cfg.training.startup_timeout_seconds:.0f}s: {type(err).__name__}") from err
+    first = True
+    while True:
+        try:
+            result = sync_epoch(ctx, protocol, first)
+        except PEER_ERRORS as err:
+            result = f"lost a PS ({type(err).__name__})"
+        if result == "done":
+            return
+        first = False
+        ctx.log(f"sync epoch ended: {result}; opening a new one")
+        protocol.reopen()
+        try:
+            protocol.wait_for_ps(time.monotonic() + cfg.training.chief_lost_timeout_seconds)
+        except PEER_ERRORS as err:
+            raise Exit(exitcodes.RETRY, f"a PS stayed unreachable for "
+                       f"{cfg.training.chief_lost_timeout_seconds:.0f}s") from err
+
+
+def sync_epoch(ctx: Context, protocol: SyncProtocol, first: bool) -> str:
+    """Open a sync epoch, run it; returns "done" or why it ended."""
+    cfg = ctx.cfg
+    training = ctx.build_graph(new_epoch_id())
+    epoch = training.epoch
+    state = protocol.state()
+    protocol.init_if_needed()
+    # The new id and RESETTING in one run, before waking the last epoch's replicas: a
+    # replica that wakes up finds the epoch to join.
+    protocol.open_epoch(epoch)
+    if state.initialized and state.epoch:
+        protocol.close_token_queues(state.epoch)
+    t_open = time.monotonic()
+    ctx.log(f"sync epoch {epoch:x} opened; waiting for the chief to keep, restore or "
+            "initialize the variables")
+    sess = open_session(cfg, ctx.server.target, training.graph,
+                        config=coordinator_session_config())
+    stop = threading.Event()
+    try:
+        wait_for_variables(ctx, protocol, epoch)
+        sess.run(training.chief_init_op)
+        step = int(sess.run(training.global_step))
+        if step >= cfg.training.max_steps:
+            return finish(ctx, protocol, sess, training, step)
+        if first and step == 0:  # a new job: everyone, before the first update
+            wait_for_replicas(ctx, protocol, epoch, cfg.training.startup_timeout_seconds,
+                              quorum=cfg.total_replicas)
+        else:
+            wait_for_replicas(ctx, protocol, epoch, REJOIN_GATE_SECONDS,
+                              quorum=min(cfg.replicas_to_aggregate, cfg.total_replicas))
+        coordinator = Coordinator(ctx, sess, training)
+        coordinator.open()
+        sess.run(training.gate_tokens_op)
+        loop = threading.Thread(target=coordinator.run, args=(stop,), name="sync", daemon=True)
+        loop.start()
+        threading.Thread(target=sample_loop, args=(ctx, sess, training, stop), name="sampler",
+                         daemon=True).start()
+        protocol.set_phase(Phase.RUNNING)
+        ctx.log(f"gate open: sync epoch {epoch:x} running from global step {step} "
+                f"({time.monotonic() - t_open:.2f}s after it was opened) "
+                f"at unix time {time.time():.3f}")
+        return watch_epoch(ctx, protocol, sess, training, loop, stop)
+    finally:
+        stop.set()
+        close_quietly(sess)
+
+
+def wait_for_variables(ctx: Context, protocol: SyncProtocol, epoch: int) -> None:
+    """Until the chief moved ``epoch`` to GATHERING (no bound: a chief is always restarted)."""
+    next_note = time.monotonic() + 60.0
+    while True:
+        state = protocol.state()
+        if state.epoch == epoch and state.phase >= Phase.GATHERING:
+            return
+        if time.monotonic() > next_note:
+            ctx.log(f"sync epoch {epoch:x}: still waiting for the chief")
+            next_note = time.monotonic() + 60.0
+        time.sleep(POLL * 5)
+
+
+def wait_for_replicas(ctx: Context, protocol: SyncProtocol, epoch: int, limit: float,
+                      quorum: int) -> None:
+    """The start gate: every replica joined ``epoch``, or ``quorum`` of them did and the
+    rest had GATE_GRACE_SECONDS more, or ``limit`` seconds passed."""
+    deadline = time.monotonic() + limit
+    quorum_at = None
+    while True:
+        state = protocol.state()
+        missing = [r for r, e in enumerate(state.ready) if e != epoch]
+        joined = len(state.ready) - len(missing)
+        if not missing:
+            return
+        if joined >= quorum:
+            quorum_at = quorum_at or time.monotonic()
+            if time.monotonic() - quorum_at >= GATE_GRACE_SECONDS:
+                ctx.log(f"gate: opening with {joined} of {len(state.ready)} replicas; "
+                        f"{missing} join when they come")
+                return
+        if time.monotonic() > deadline:
+            ctx.log(f"gate: opening without replicas {missing} after {limit:.0f}s "
+                    "(they join the running epoch when they come)")
+            return
+        time.sleep(POLL)
+
+
+def watch_epoch(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGraph,
+                loop: threading.Thread, stop: threading.Event) -> str:
+    """While the epoch runs: end it at maxSteps, or when a PS or the loop is lost."""
+    while True:
+        time.sleep(WATCH_SECONDS)
+        state = protocol.state()  # PEER_ERRORS: a PS is gone (caller opens a new epoch)
+        step = state.global_step or 0
+        if step >= ctx.cfg.training.max_steps:
+            stop.set()
+            return finish(ctx, protocol, sess, training, step)
+        protocol.probe()
+        missing = sess.run(training.report_uninitialized)
+        if len(missing):
+            return (f"a PS lost its variables ({len(missing)} missing, e.g. "
+                    f"{missing[0].decode()})")
+        if not loop.is_alive():
+            return "the sync loop stopped"
+
+
+def sample_loop(ctx: Context, sess: Any, training: TrainingGraph, stop: threading.Event) -> None:
+    """Token queue depth and pending gradients, sampled on their own clock (not per step)."""
+    opts = tf.compat.v1.RunOptions(timeout_in_ms=2000)
+    while not stop.wait(0.5):
+        try:
+            depth, pending = sess.run([training.depth, training.pending], options=opts)
+        except tf.errors.OpError:
+            continue
+        ctx.metrics.token_queue_depth.set(int(depth))
+        ctx.metrics.accumulator_pending.set(int(pending))
+
+
+def finish(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGraph,
+           global_step: int) -> str:
+    """At maxSteps: wait for the chief's last checkpoint, end the epoch, wait for the
+    replicas, release every PS."""
+    ctx.log(f"global step {global_step} reached maxSteps; waiting for the chief's last "
+            "checkpoint")
+    while not protocol.state().done[0]:  # the chief comes back if it is down: no bound
+        time.sleep(POLL * 5)
+    protocol.set_phase(Phase.DONE)
+    sess.run(training.close_tokens_op)  # wakes any replica still blocked on a token
+    deadline = time.monotonic() + FINISH_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        state = protocol.state()
+        if all(state.done):
+            break
+        time.sleep(POLL * 5)
+    else:
+        ctx.log(f"finish: replicas {[r for r, d in enumerate(state.done) if not d]} did not "
+                f"confirm within {FINISH_WAIT_SECONDS:.0f}s")
+    ctx.log(f"training finished at global step {global_step}; releasing the parameter servers")
+    protocol.release_ps()
+    return "done"

@@ -1,8 +1,8 @@
 """The training graph of one sync epoch: variables on the PS, SyncReplicasOptimizer, tokens.
 
-Each chief start (and each PS loss) opens a new *sync epoch*. The queues and gradient
-accumulators of an epoch live in their own resource container on the PS, named after the
-epoch, so nothing from an earlier epoch (a closed token queue, gradients pushed against
+Each start of PS 0 (and each loss of another PS) opens a new *sync epoch*. The queues and
+gradient accumulators of an epoch live in their own resource container on the PS, named
+after the epoch, so nothing from an earlier epoch (a closed token queue, gradients pushed against
 rolled-back variables, tokens carrying an old step) can reach the new one. Variables,
 optimizer slots and the global step live outside those containers and survive.
 
@@ -128,7 +128,7 @@ def take_ops(sync_opt: Any) -> list[Any]:
 
 @dataclass
 class ElasticOps:
-    """What the coordinator runs for elastic R (chief only; built everywhere, cheap)."""
+    """What the coordinator runs for elastic R (PS 0 only; built everywhere, cheap)."""
 
     init: Any            # R = replicasToAggregate, every heartbeat = now (PS 0 clock)
     set_r: Any           # assign ``r_value`` to the R variable
@@ -147,10 +147,10 @@ class TrainingGraph:
     bump_chief_starts: Any            # chief: count this start (kept in checkpoints)
     fetches: dict[str, Any]           # run by every replica each step
     local_init_op: Any                # replica: local step = global step
-    chief_init_op: Any                # chief: also set the accumulators' step
-    sync_op: Any                      # chief: take R gradients, update, top up tokens
-    gate_tokens_op: Any               # chief: the tokens enqueued when the gate opens
-    close_tokens_op: Any              # chief: close every token queue, cancel waiters
+    chief_init_op: Any                # PS 0: also set the accumulators' step
+    sync_op: Any                      # PS 0: take R gradients, update, top up tokens
+    gate_tokens_op: Any               # PS 0: the tokens enqueued when the gate opens
+    close_tokens_op: Any              # PS 0: close every token queue, cancel waiters
     depth: Any                        # sum of token queue sizes
     pending: Any                      # gradients accumulated towards the next update
     elastic: ElasticOps
@@ -163,7 +163,8 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
     """Build everything one replica runs in ``epoch``. Raises ModelError for a bad model."""
     t = cfg.training
     total = cfg.total_replicas
-    replica = cfg.replica_id
+    # PS 0 builds the graph to run the sync loop, never a step: as the chief's, on its device.
+    replica = max(cfg.replica_id, 0)
     graph = tf.Graph()
     with graph.as_default():
         v1.set_random_seed(t.seed)
@@ -242,15 +243,24 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             close_tokens_op = tf.group(*[q.close(cancel_pending_enqueues=True) for q in queues],
                                        pushes.close(cancel_pending_enqueues=True))
             depth = tf.add_n([q.size() for q in queues])
-        counts = tf.stack([acc.num_accumulated() for acc, _ in sync_opt._accumulator_list])
-        pending = tf.reduce_max(counts)
+
+        def accumulated() -> Any:
+            counts = []
+            for acc, _ in sync_opt._accumulator_list:
+                with v1.colocate_with(acc.accumulator_ref):  # on the accumulator's PS
+                    counts.append(acc.num_accumulated())
+            return tf.stack(counts)
+
+        pending = tf.reduce_max(accumulated())
         with tf.device(SYNC_STATE_DEVICE):
             r_value = v1.placeholder(tf.int32, [])
             init = tf.group(aggregate.assign(cfg.replicas_to_aggregate, read_value=False),
                             heartbeat.assign(tf.fill([total], tf.timestamp()), read_value=False))
 
             def read_state() -> dict[str, Any]:
-                return {"counts": tf.identity(counts), "r": aggregate.read_value(),
+                # Built here, under the caller's control dependencies: counts read before
+                # the wait for a push would be stale, and the loop would wait for the next.
+                return {"counts": accumulated(), "r": aggregate.read_value(),
                         "beats": heartbeat.read_value(), "now": tf.timestamp()}
 
             read = read_state()
@@ -269,6 +279,7 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             with tf.device(own):
                 saver = v1.train.Saver(v1.global_variables(), sharded=False, max_to_keep=3,
                                        save_relative_paths=True)
+        if cfg.is_chief or cfg.role == "ps":  # PS 0 watches for a PS that lost its variables
             report = v1.report_uninitialized_variables(v1.global_variables())
         # Unused report ops would be logged as errors when the graph is collected.
         for tensor in (report, sync_opt.ready_for_local_init_op):

@@ -89,28 +89,33 @@ class RuntimeMetrics:
         self.ready = Gauge("syncreplicas_ready", "1 while the replica is training", registry=r)
 
     def add_chief(self) -> None:
+        """The chief's own: restarts, restores, checkpoints, evaluations."""
+        r = self.registry
+        self.chief_restarts = Counter(
+            "syncreplicas_chief_restarts_total",
+            "Chief starts after the first one (kept in the PS state and checkpoints)", registry=r)
+        self.restored_step = KnownGauge(
+            "syncreplicas_restored_step",
+            "Global step the chief resumed from when it last joined a sync epoch", r)
+        self.checkpoint_step = KnownGauge("syncreplicas_checkpoint_step",
+                                          "Global step of the last checkpoint written", r)
+        self.eval_metric = Gauge("syncreplicas_eval_metric", "Held-out metric of the model",
+                                 ["name"], registry=r)
+
+    def add_coordinator(self) -> None:
+        """The sync loop's, exported by PS 0 where it runs."""
         r = self.registry
         self.token_queue_depth = KnownGauge("syncreplicas_token_queue_depth",
                                             "Tokens waiting in the token queues", r)
         self.accumulator_pending = KnownGauge(
             "syncreplicas_accumulator_pending_gradients",
             "Gradients accumulated for the next update", r)
-        self.chief_restarts = Counter(
-            "syncreplicas_chief_restarts_total",
-            "Chief starts after the first one (kept in the PS state and checkpoints)", registry=r)
-        self.restored_step = KnownGauge(
-            "syncreplicas_restored_step",
-            "Global step the chief resumed from at its last sync reset", r)
-        self.checkpoint_step = KnownGauge("syncreplicas_checkpoint_step",
-                                          "Global step of the last checkpoint written", r)
         self.replicas_to_aggregate = KnownGauge(
             "syncreplicas_replicas_to_aggregate",
             "Gradients the next update aggregates (R, lowered while replicas are lost)", r)
         self.live_replicas = KnownGauge(
             "syncreplicas_live_replicas",
             "Replicas (chief and workers) that pushed gradients recently", r)
-        self.eval_metric = Gauge("syncreplicas_eval_metric", "Held-out metric of the model",
-                                 ["name"], registry=r)
 
 
 class _State:

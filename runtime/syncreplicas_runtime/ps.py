@@ -1,7 +1,9 @@
-"""The parameter server: serve variables and sync state until the chief says training ended."""
+"""The parameter server: serve variables and sync state until training ended; PS 0 also
+runs the sync epochs (coordinator.py) in a thread."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import tensorflow as tf
@@ -9,6 +11,7 @@ import tensorflow as tf
 from . import exitcodes
 from .context import Context
 from .control import ps_done_queue
+from .coordinator import serve_sync_epochs
 from .session import open_session
 
 v1 = tf.compat.v1
@@ -24,8 +27,12 @@ def run_ps(ctx: Context) -> int:
     ctx.readiness.ready = True
     ctx.metrics.ready.set(1)
     ctx.log(f"serving on {cfg.address}")
+    if cfg.index == 0:
+        ctx.metrics.add_coordinator()
+        threading.Thread(target=serve_sync_epochs, args=(ctx,), name="sync-epochs",
+                         daemon=True).start()
     sess.run(wait_done)
-    # Let the chief's release call and the replicas' last reads complete before going away.
+    # Let the release call and the replicas' last reads complete before going away.
     time.sleep(1.0)
     ctx.log("the chief reported training finished")
     return exitcodes.OK

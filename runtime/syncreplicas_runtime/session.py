@@ -32,14 +32,20 @@ def session_config(cfg: ClusterConfig) -> Any:
     return v1.ConfigProto(device_filters=["/job:ps", cfg.device])
 
 
+def coordinator_session_config() -> Any:
+    """PS 0's sync loop: every PS (an update writes variables on each), no replica."""
+    return v1.ConfigProto(device_filters=["/job:ps"])
+
+
 def start_server(cfg: ClusterConfig) -> Any:
     """This process's gRPC server, bound to its own address's port on all interfaces."""
     return tf.distribute.Server(cluster_spec(cfg), job_name=cfg.role, task_index=cfg.index,
                                 config=session_config(cfg), start=True)
 
 
-def open_session(cfg: ClusterConfig, target: str, graph: Any) -> Any:
-    return v1.Session(target, graph=graph, config=session_config(cfg))
+def open_session(cfg: ClusterConfig, target: str, graph: Any, config: Any = None) -> Any:
+    return v1.Session(target, graph=graph,
+                      config=config if config is not None else session_config(cfg))
 
 
 def close_quietly(session: Any) -> None:

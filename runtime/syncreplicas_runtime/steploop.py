@@ -13,8 +13,8 @@ from .graph import TrainingGraph
 from .phases import Phase
 
 POLL = 0.02
-# After a chief restart a replica may wait this much longer than its own timeouts for the
-# gate (the chief waits up to this long for replicas that are themselves restarting).
+# In an epoch opened on a running job a replica may wait this much longer than its own
+# timeouts for the gate (PS 0 waits up to this long for replicas that are restarting).
 REJOIN_GATE_SECONDS = 15.0
 
 
@@ -70,7 +70,7 @@ class StepLoop:
 
 
 def wait_for_phase(ctx: Context, protocol: SyncProtocol, epoch: int, want: Phase) -> None:
-    """Block until the chief moves ``epoch`` to ``want``; EpochEnded if the epoch changes.
+    """Block until ``epoch`` reaches ``want``; EpochEnded if the epoch changes.
 
     The gate may legitimately stay closed for up to startupTimeoutSeconds (a fresh job
     waits for every replica), so this wait has its own bound instead of the watchdog's.
@@ -84,12 +84,12 @@ def wait_for_phase(ctx: Context, protocol: SyncProtocol, epoch: int, want: Phase
         if state.phase == Phase.DONE:
             raise EpochEnded("done")
         if state.epoch != epoch:
-            raise EpochEnded("the chief opened another sync epoch")
+            raise EpochEnded("a new sync epoch was opened")
         if state.phase >= want:
             ctx.progress()
             ctx.watchdog_armed = True
             return
         if time.monotonic() > deadline:
-            raise Exit(exitcodes.RETRY, f"the chief did not open the start gate within "
+            raise Exit(exitcodes.RETRY, f"the start gate did not open within "
                        f"{limit:.0f}s")
         time.sleep(POLL)

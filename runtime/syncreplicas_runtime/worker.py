@@ -62,7 +62,7 @@ def wait_for_epoch(ctx: Context, protocol: SyncProtocol, left: int | None,
         except PEER_ERRORS:
             protocol.reopen()
         if time.monotonic() > deadline:
-            raise Exit(exitcodes.RETRY, f"the chief opened no sync epoch within {limit:.0f}s")
+            raise Exit(exitcodes.RETRY, f"no sync epoch was opened within {limit:.0f}s")
         time.sleep(POLL * 2)
 
 

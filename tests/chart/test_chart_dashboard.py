@@ -116,6 +116,7 @@ def test_every_query_uses_known_metrics_and_the_job_filter() -> None:
     registry = CollectorRegistry()
     runtime = RuntimeMetrics(registry)
     runtime.add_chief()
+    runtime.add_coordinator()
     OperatorMetrics(registry)
     known: set[str] = set()
     for family in registry.collect():

@@ -1,11 +1,14 @@
-"""Chaos: kill the chief (SIGKILL x5, SIGTERM x1), a worker and the PS during one run.
+"""Chaos: kill the chief (SIGKILL x5, SIGTERM x1), a worker and the PS during one run; and a
+chief SIGKILL with a backup replica, during which the global step goes on.
 
 Fixed seed, real processes. Every invariant is checked from the logs and from metrics
 scraped during the run:
 - the global step never goes back within a sync epoch, an epoch never starts below the last
   checkpoint, and a chief restart that finds the PS alive loses no step at all;
 - the token queues never hold more than one step's tokens (plus initialTokens, here 0);
-- after every chief return each replica trains again (hang guard; times are printed);
+- a chief restart opens no sync epoch: the chief rejoins the running one and no worker's
+  ``syncreplicas_sync_resets_total`` moves; only the PS loss opens one;
+- after every chief return it trains again (hang guard; times are printed);
 - the job reaches maxSteps and every last incarnation exits 0.
 """
 
@@ -39,8 +42,18 @@ JOIN_RE = re.compile(r"training in sync epoch ([0-9a-f]+) from global step \d+ a
                      r"([\d.]+)")
 
 
+def worker_resets(cluster: LocalCluster, workers: int) -> dict[int, float]:
+    """``syncreplicas_sync_resets_total`` of each worker training now (scraped, ready)."""
+    out = {}
+    for w in range(workers):
+        text = cluster.try_metrics_text("worker", w)
+        if text and metric_value(text, "syncreplicas_ready") == 1:
+            out[w] = metric_value(text, "syncreplicas_sync_resets_total") or 0.0
+    return out
+
+
 class Watcher:
-    """Scrapes the chief; remembers every token queue depth it saw."""
+    """Scrapes the chief and PS 0 (the sync loop); remembers every token queue depth seen."""
 
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
@@ -48,18 +61,20 @@ class Watcher:
         self.restarts_seen = 0.0
 
     def scrape(self) -> str | None:
+        ps0 = self.cluster.try_metrics_text("ps", 0)
+        depth = metric_value(ps0, "syncreplicas_token_queue_depth") if ps0 else None
+        if depth is not None:
+            self.depths.append(depth)
         text = self.cluster.try_metrics_text("chief", 0)
         if text:
-            depth = metric_value(text, "syncreplicas_token_queue_depth")
-            if depth is not None:
-                self.depths.append(depth)
             self.restarts_seen = max(self.restarts_seen, metric_value(
                 text, "syncreplicas_chief_restarts_total") or 0)
         return text
 
-    def wait_gates(self, count: int) -> None:
+    def wait_joins(self, count: int) -> None:
+        """Until the chief has joined a sync epoch ``count`` times (every incarnation)."""
         deadline = time.monotonic() + HANG_GUARD
-        while len(GATE_RE.findall(self.cluster.log("chief", 0))) < count:
+        while len(JOIN_RE.findall(self.cluster.log("chief", 0))) < count:
             self.scrape()
             assert time.monotonic() < deadline, self.cluster.logs()
             assert all(c is None for c in self.cluster.poll().values()), self.cluster.logs()
@@ -110,31 +125,41 @@ def check_invariants(chief_log: str) -> list[str]:
 @pytest.mark.timeout(1500)
 def test_chaos(tmp_path: Path) -> None:
     rng = random.Random(20261122)
-    job = linear_job(replicasToAggregate=2, training__maxSteps=MAX_STEPS,
+    # R = replicas (no backup): updates wait while the chief is down, so the run outlasts
+    # the seven restarts (with a backup the others would reach maxSteps meanwhile; that
+    # case is test_a_killed_chief_costs_only_its_own_gradients).
+    job = linear_job(replicasToAggregate=3, training__maxSteps=MAX_STEPS,
                      training__checkpointDir=str(tmp_path / "ckpt"),
                      training__checkpointEverySteps=20, training__logEverySteps=10,
                      training__chiefLostTimeoutSeconds=240, training__startupTimeoutSeconds=240)
     env = {**runtime_env(), "SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "30"}
     with start_cluster(job, workers=2, ps=1, workdir=tmp_path, env=env) as cluster:
         watch = Watcher(cluster)
-        gates = 1
-        watch.wait_gates(gates)
+        joins = 1
+        watch.wait_joins(joins)
         watch.wait_steps(rng.randint(5, 15))
+        unmoved = 0
         for event in EVENTS:
+            before = worker_resets(cluster, 2)
             if event == "chief_kill":
                 cluster.restart("chief", 0)  # SIGKILL, then start again with the same env
-                gates += 1
             elif event == "chief_term":
                 cluster.kill("chief", 0, signal.SIGTERM)
                 assert cluster.wait_one("chief", 0, timeout=60) == 143, cluster.logs()
                 cluster.restart("chief", 0)
-                gates += 1
             elif event == "worker_kill":
                 cluster.restart("worker", 0)
             elif event == "ps_kill":
-                cluster.restart("ps", 0)
-                gates += 1  # the same chief opens a new epoch on the new PS
-            watch.wait_gates(gates)
+                cluster.restart("ps", 0)  # the new PS 0 opens a new epoch; the chief restores
+            if event != "worker_kill":
+                joins += 1
+            watch.wait_joins(joins)
+            if event.startswith("chief"):
+                # The restarted chief joined the running epoch: no worker was reset.
+                after = worker_resets(cluster, 2)
+                for w in set(before) & set(after):
+                    assert after[w] == before[w], (event, before, after, cluster.logs())
+                    unmoved += 1
             watch.wait_steps(rng.randint(3, 15))
             time.sleep(rng.uniform(0, 0.3))
         deadline = time.monotonic() + HANG_GUARD * 2
@@ -150,28 +175,94 @@ def test_chaos(tmp_path: Path) -> None:
     starts = check_invariants(chief_log)
     assert len(starts) == 1 + len(EVENTS) - 1, starts  # every chief start and the PS loss
     assert any(s.startswith("restored") for s in starts), starts  # after the PS came back
+    # Sync epochs are opened by PS 0 only: at its first start and after its restart.
+    assert len(GATE_RE.findall(cluster.log("ps", 0))) == 2, cluster.log("ps", 0)
+    assert unmoved >= 6, unmoved  # both workers compared around most chief restarts
     assert watch.depths and max(watch.depths) <= TOKEN_BOUND, watch.depths
     assert watch.restarts_seen >= 1
-    # Recovery: from each restarted chief's server being up to its gate opening, and to every
-    # worker training again (a worker that was itself restarting rejoins after its import).
-    joins = {w: dict(JOIN_RE.findall(cluster.log("worker", w))) for w in (0, 1)}
-    gate_after_up, all_training = [], []
+    # Recovery: from each restarted chief's server being up to it training again.
+    back = []
     up = None
     for line in chief_log.splitlines():
         if m := UP_RE.search(line):
             up = float(m[1])
-        elif (m := GATE_RE.search(line)) and up is not None:
-            epoch, gate_t = m[1], float(m[2])
-            rejoined = [float(joins[w][epoch]) for w in (0, 1) if epoch in joins[w]]
-            gate_after_up.append(gate_t - up)
-            all_training.append(max([gate_t, *rejoined]) - up)
+        elif (m := JOIN_RE.search(line)) and up is not None:
+            back.append(float(m[2]) - up)
             up = None
-    gate_after_up, all_training = gate_after_up[1:], all_training[1:]  # skip the first start
-    assert len(gate_after_up) == 6, gate_after_up
-    print(f"epoch starts: {starts}; chief up -> gate open, s: "
-          f"{[round(r, 2) for r in gate_after_up]}; -> every worker training, s: "
-          f"{[round(r, 2) for r in all_training]}; max token depth {max(watch.depths)}")
-    assert max(gate_after_up) < HANG_GUARD
+    back = back[1:]  # skip the first start
+    assert len(back) == 6, back
+    print(f"epoch starts: {starts}; restarted chief up -> training, s: "
+          f"{[round(r, 2) for r in back]}; max token depth {max(watch.depths)}")
+    assert max(back) < HANG_GUARD
+
+
+@pytest.mark.timeout(900)
+def test_a_killed_chief_costs_only_its_own_gradients(tmp_path: Path) -> None:
+    """Chief + 3 workers, R = 3: the global step goes on while the chief is dead, and the
+    restarted chief joins the running epoch (no worker is reset)."""
+    max_steps = 1500  # 100 ms steps: time for the restarted chief's TensorFlow import
+    job = linear_job(replicasToAggregate=3, training__maxSteps=max_steps,
+                     training__checkpointDir=str(tmp_path / "ckpt"),
+                     training__checkpointEverySteps=50, training__logEverySteps=50)
+    env = {**runtime_env(), "SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "100"}
+
+    def scrape() -> tuple[float | None, float | None, float | None]:
+        """(worker 0's global step, R and live replicas from PS 0)."""
+        w0, ps0 = cluster.try_metrics_text("worker", 0), cluster.try_metrics_text("ps", 0)
+        return (metric_value(w0, "syncreplicas_global_step") if w0 else None,
+                metric_value(ps0, "syncreplicas_replicas_to_aggregate") if ps0 else None,
+                metric_value(ps0, "syncreplicas_live_replicas") if ps0 else None)
+
+    def wait_for(what: str, check: object) -> tuple[float, float, float]:
+        deadline = time.monotonic() + HANG_GUARD * 2
+        while True:
+            step, r, live = scrape()
+            if step is not None and r is not None and live is not None and \
+                    check(step, r, live):  # type: ignore[operator]
+                return step, r, live
+            assert time.monotonic() < deadline, f"waiting for {what}\n{cluster.logs()}"
+            assert all(c is None for k, c in cluster.poll().items() if k != ("chief", 0)), \
+                cluster.logs()
+            time.sleep(0.1)
+
+    with start_cluster(job, workers=3, ps=1, workdir=tmp_path, env=env) as cluster:
+        wait_for("training", lambda s, r, n: s >= 30 and n == 4)
+        resets = worker_resets(cluster, 3)
+        assert resets == {0: 0, 1: 0, 2: 0}, resets
+        cluster.kill("chief", 0)
+        assert cluster.wait_one("chief", 0, timeout=30) is not None
+        killed_step, _, _ = scrape()
+        assert killed_step is not None
+        # The chief is dead: three replicas still bring R = 3 gradients per update.
+        gone_step, r, _ = wait_for("steps without the chief",
+                                   lambda s, r, n: s >= killed_step + 30 and n == 3)
+        assert r == 3, r
+        advanced = gone_step - killed_step
+        cluster.restart("chief", 0)
+        wait_for("the chief back", lambda s, r, n: n == 4)
+        deadline = time.monotonic() + HANG_GUARD
+        while len(JOIN_RE.findall(cluster.log("chief", 0))) < 2:
+            assert time.monotonic() < deadline, cluster.logs()
+            time.sleep(0.2)
+        assert worker_resets(cluster, 3) == resets, cluster.logs()
+        codes = cluster.wait(timeout=HANG_GUARD * 2)
+        logs = cluster.logs()
+    assert set(codes.values()) == {0}, logs
+    chief = cluster.log("chief", 0)
+    assert f"finished at global step {max_steps}" in chief, logs
+    first, second = JOIN_RE.findall(chief)
+    assert first[0] == second[0], (first, second)  # the same sync epoch
+    assert "variables kept" in chief.split("start #2 of chief-0")[1], chief
+    rejoined_at = int(re.findall(r"training in sync epoch \w+ from global step (\d+)",
+                                 chief)[1])
+    assert rejoined_at < max_steps, chief
+    # Checkpoints resumed with the chief.
+    after = [int(m[1]) for m in CKPT_RE.finditer(chief.split("start #2 of chief-0")[1]) if m[1]]
+    assert after and min(after) >= rejoined_at, chief
+    assert len(GATE_RE.findall(cluster.log("ps", 0))) == 1
+    print(f"global step advanced by {advanced:.0f} before the chief was started again and "
+          f"by {rejoined_at - killed_step:.0f} until it rejoined the running epoch (killed at "
+          f"~{killed_step:.0f}, rejoined at {rejoined_at})")
 
 
 @pytest.mark.timeout(600)

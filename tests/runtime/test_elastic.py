@@ -3,8 +3,9 @@ minReplicasToAggregate) instead of stalling the job; R comes back when it return
 
 Real processes: PS, chief and two workers with R = replicas = 3 and
 minReplicasToAggregate = 2. Worker 1 is killed (SIGKILL) and left dead: the global step
-keeps advancing and the chief's gauges say R = 2, 2 live replicas. Worker 1 is then started
-again: R and the live count go back to 3, and the job finishes with every process exiting 0.
+keeps advancing and PS 0's gauges (the sync loop runs there) say R = 2, 2 live replicas.
+Worker 1 is then started again: R and the live count go back to 3, and the job finishes
+with every process exiting 0.
 The rules themselves are checked as tables.
 """
 
@@ -66,20 +67,20 @@ def test_silence_limit_follows_slow_updates() -> None:
     assert silence_limit([1.0] * 10 + [100.0]) == pytest.approx(SILENCE_UPDATES * 1.0)
 
 
-def scrape_chief(cluster: LocalCluster) -> tuple[float | None, float | None, float | None]:
-    """(global step, R, live replicas) from the chief, Nones when it cannot be read."""
-    text = cluster.try_metrics_text("chief", 0)
-    if not text:
+def scrape(cluster: LocalCluster) -> tuple[float | None, float | None, float | None]:
+    """(global step from the chief, R and live replicas from PS 0), Nones when unreadable."""
+    chief, ps0 = cluster.try_metrics_text("chief", 0), cluster.try_metrics_text("ps", 0)
+    if not chief or not ps0:
         return None, None, None
-    return (metric_value(text, "syncreplicas_global_step"),
-            metric_value(text, "syncreplicas_replicas_to_aggregate"),
-            metric_value(text, "syncreplicas_live_replicas"))
+    return (metric_value(chief, "syncreplicas_global_step"),
+            metric_value(ps0, "syncreplicas_replicas_to_aggregate"),
+            metric_value(ps0, "syncreplicas_live_replicas"))
 
 
 def wait_for(cluster: LocalCluster, what: str, check: object) -> tuple[float, float, float]:
     deadline = time.monotonic() + HANG_GUARD
     while True:
-        step, r, live = scrape_chief(cluster)
+        step, r, live = scrape(cluster)
         if step is not None and r is not None and live is not None and \
                 check(step, r, live):  # type: ignore[operator]
             return step, r, live
@@ -112,9 +113,9 @@ def test_a_killed_worker_lowers_r_and_training_goes_on(tmp_path: Path) -> None:
         codes = cluster.wait(timeout=HANG_GUARD * 2)
         logs = cluster.logs()
     assert set(codes.values()) == {0}, logs
-    chief = cluster.log("chief", 0)
-    assert f"finished at global step {max_steps}" in chief, logs
-    assert "each update now aggregates 2 gradients" in chief, chief
-    assert "each update now aggregates 3 gradients" in chief, chief
+    assert f"finished at global step {max_steps}" in cluster.log("chief", 0), logs
+    ps0 = cluster.log("ps", 0)
+    assert "each update now aggregates 2 gradients" in ps0, ps0
+    assert "each update now aggregates 3 gradients" in ps0, ps0
     print(f"R lowered {lowered_after:.1f}s after the kill; 30 more steps "
           f"{progressed_at:.1f}s after it")

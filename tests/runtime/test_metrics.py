@@ -21,16 +21,15 @@ REPLICA_NAMES = [
     "syncreplicas_token_wait_seconds_bucket", "syncreplicas_step_duration_seconds_bucket",
     "syncreplicas_examples_total", "syncreplicas_loss",
 ]
-CHIEF_NAMES = ["syncreplicas_token_queue_depth", "syncreplicas_accumulator_pending_gradients",
-               "syncreplicas_chief_restarts_total", "syncreplicas_restored_step",
-               "syncreplicas_checkpoint_step", "syncreplicas_replicas_to_aggregate",
-               "syncreplicas_live_replicas"]
+CHIEF_NAMES = ["syncreplicas_chief_restarts_total", "syncreplicas_restored_step",
+               "syncreplicas_checkpoint_step"]
+# Exported by PS 0, where the sync loop runs.
+COORDINATOR_NAMES = ["syncreplicas_token_queue_depth",
+                     "syncreplicas_accumulator_pending_gradients",
+                     "syncreplicas_replicas_to_aggregate", "syncreplicas_live_replicas"]
 # Values a process only knows once it has read them from the PS (or run a step).
 UNKNOWN_AT_START = ["syncreplicas_global_step", "syncreplicas_local_step", "syncreplicas_loss"]
-CHIEF_UNKNOWN_AT_START = ["syncreplicas_token_queue_depth",
-                          "syncreplicas_accumulator_pending_gradients",
-                          "syncreplicas_restored_step", "syncreplicas_checkpoint_step",
-                          "syncreplicas_replicas_to_aggregate", "syncreplicas_live_replicas"]
+CHIEF_UNKNOWN_AT_START = ["syncreplicas_restored_step", "syncreplicas_checkpoint_step"]
 
 
 def get(url: str) -> tuple[int, str]:
@@ -50,10 +49,16 @@ def test_endpoints_and_names() -> None:
         assert status == 200
         for name in REPLICA_NAMES:
             assert name in text
-        assert "syncreplicas_token_queue_depth" not in text  # chief only
+        for name in CHIEF_NAMES + COORDINATOR_NAMES:
+            assert name not in text
         m.add_chief()
         text = get(base + "/metrics")[1]
         for name in CHIEF_NAMES:
+            assert name in text
+        assert "syncreplicas_token_queue_depth" not in text  # PS 0 only
+        m.add_coordinator()
+        text = get(base + "/metrics")[1]
+        for name in COORDINATOR_NAMES:
             assert name in text
         assert get(base + "/healthz")[0] == 200
         assert get(base + "/readyz")[0] == 503
@@ -74,7 +79,8 @@ def test_fresh_registry_per_instance() -> None:
 def test_unknown_gauges_have_no_sample_until_set() -> None:
     m = RuntimeMetrics()
     m.add_chief()
-    for name in UNKNOWN_AT_START + CHIEF_UNKNOWN_AT_START:
+    m.add_coordinator()
+    for name in UNKNOWN_AT_START + CHIEF_UNKNOWN_AT_START + COORDINATOR_NAMES:
         assert m.registry.get_sample_value(name) is None, name
     assert m.registry.get_sample_value("syncreplicas_ready") == 0  # known: not ready
     m.global_step.set(0)  # a real 0, read from the PS, is exported

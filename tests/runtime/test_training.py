@@ -94,7 +94,7 @@ def test_straggler_with_backup_does_not_slow_training(tmp_path: Path) -> None:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and any(
                 c is None for k, c in cluster.poll().items() if k[0] != "ps"):
-            for key in (("chief", 0), ("worker", 1)):
+            for key in (("chief", 0), ("worker", 1), ("ps", 0)):
                 text = cluster.try_metrics_text(*key)
                 if text:
                     last[key] = text
@@ -102,11 +102,11 @@ def test_straggler_with_backup_does_not_slow_training(tmp_path: Path) -> None:
         codes = cluster.wait(timeout=60)
         logs = cluster.logs()
     assert codes == {**ALL_OK, ("worker", 1): 0}, logs
-    chief, straggler = last[("chief", 0)], last[("worker", 1)]
-    # The chief scrapes the token queues: never more than one step's tokens (3) held.
-    depth = metric_value(chief, "syncreplicas_token_queue_depth")
+    chief, straggler, ps0 = last[("chief", 0)], last[("worker", 1)], last[("ps", 0)]
+    # PS 0 (its sync loop) samples the token queues: never more than one step's tokens (3).
+    depth = metric_value(ps0, "syncreplicas_token_queue_depth")
     assert depth is not None and 0 <= depth <= 3
-    assert metric_value(chief, "syncreplicas_accumulator_pending_gradients") is not None
+    assert metric_value(ps0, "syncreplicas_accumulator_pending_gradients") is not None
     # The fast replicas set the pace; the straggler ran far fewer steps ...
     chief_steps = metric_value(chief, "syncreplicas_local_step") or 0
     slow_steps = metric_value(straggler, "syncreplicas_local_step") or 0

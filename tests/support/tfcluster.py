@@ -250,10 +250,20 @@ def start_cluster(
         metrics_on = False
 
     shape = {"ps": ps, "chief": 1, "worker": workers}
+    picked: set[int] = set()
+
+    def unique_port() -> int:
+        """A free port not yet given to this cluster: the kernel may hand the same one out
+        twice in a row, and gRPC servers bind with SO_REUSEPORT, so both would start."""
+        while (port := free_port()) in picked:
+            pass
+        picked.add(port)
+        return port
+
     cluster_spec: dict[str, list[str]] = {}
     for role in ROLES_ORDER:
         if shape[role]:
-            cluster_spec[role] = [f"127.0.0.1:{free_port()}" for _ in range(shape[role])]
+            cluster_spec[role] = [f"127.0.0.1:{unique_port()}" for _ in range(shape[role])]
 
     base_env = dict(os.environ)
     base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -263,7 +273,7 @@ def start_cluster(
     replicas: list[Replica] = []
     for role in ROLES_ORDER:
         for i in range(shape[role]):
-            mport = free_port() if metrics_on else 0
+            mport = unique_port() if metrics_on else 0
             renv = dict(base_env)
             told: dict[str, Any] = dict(cluster_spec)
             if sparse and workers and role != "ps":

@@ -15,9 +15,11 @@ READ_BY_THE_OPERATOR = sorted(
 
 
 def exported_names() -> set[str]:
-    """Every family and sample name a chief's /metrics can show."""
+    """Every family and sample name a chief's or PS 0's (the sync loop's) /metrics can show."""
     registry = CollectorRegistry()
-    RuntimeMetrics(registry).add_chief()
+    runtime = RuntimeMetrics(registry)
+    runtime.add_chief()
+    runtime.add_coordinator()
     names: set[str] = set()
     for family in registry.collect():
         names.add(family.name)

@@ -148,6 +148,8 @@ def replica_key(replica_type: str, index: int) -> str:
 
 # The one chief, as local runs, logs and reports name it.
 CHIEF_KEY: Final = replica_key(CHIEF, 0)
+# The replica that runs the sync loop and exports its gauges (token queue depth, R, ...).
+COORDINATOR_KEY: Final = replica_key(PS, 0)
 
 
 def replica_name(job: str, replica_type: str, index: int) -> str:

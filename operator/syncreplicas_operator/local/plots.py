@@ -104,8 +104,9 @@ def write_plots(directory: Path, summary: RunSummary, history: Sequence[Sample])
     save(fig, "staleness.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    depth = series(chief, metricnames.TOKEN_QUEUE_DEPTH)
-    ax.step([t for t, _ in depth], [v for _, v in depth], where="post", label=naming.CHIEF_KEY)
+    depth = series(replicas.get(naming.COORDINATOR_KEY, []), metricnames.TOKEN_QUEUE_DEPTH)
+    ax.step([t for t, _ in depth], [v for _, v in depth], where="post",
+            label=naming.COORDINATOR_KEY)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     _finish(ax, f"{title}: token queue depth", "seconds", "tokens in sync_token_q")
     save(fig, "token_queue.png")

@@ -171,7 +171,8 @@ class LiveView:
             loss=chief.values.get(metricnames.LOSS) if chief else None,
             eval_name=eval_name,
             eval_value=eval_value,
-            queue_depth=chief.values.get(metricnames.TOKEN_QUEUE_DEPTH) if chief else None,
+            queue_depth=(ps0.values.get(metricnames.TOKEN_QUEUE_DEPTH)
+                         if (ps0 := latest.get(naming.COORDINATOR_KEY)) else None),
             replicas=self._replicas(),
             latest=latest,
             note=self._note,
