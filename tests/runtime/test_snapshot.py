@@ -105,8 +105,7 @@ def test_a_lost_ps_is_restored_from_the_snapshot(tmp_path: Path) -> None:
     m = RESTORED_RE.search(chief)
     assert m and m[1] == m[2], chief
     restored = int(m[1])
-    # The last global step the chief saw before the loss (R = replicas: no update happens
-    # without its gradient, so it saw every one but at most the last).
+    # Lost = the last global step the chief saw before the loss minus the step restored.
     seen = max(int(s) for s in STEP_RE.findall(chief[:m.start()]))
     lost = seen - restored
     assert 0 < restored <= seen and lost <= every, (seen, restored)
