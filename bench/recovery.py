@@ -199,6 +199,12 @@ def back_after(samples: list[tuple[float, Any]], t_kill: float,
     return good[0] - t_kill if good else None
 
 
+def trained_since_epoch(sup: Supervisor, epochs: list[Any]) -> bool:
+    """A global step above the first epoch line's, read after it."""
+    return bool(epochs) and any(e.t >= epochs[0].t and e.global_step > epochs[0].global_step
+                                for e in sup.seen)
+
+
 def pick(sc: Scenario, rng: random.Random) -> tuple[str, int]:
     if sc.kind == "chief":
         return ("chief", 0)
@@ -228,8 +234,9 @@ def one_kill(sup: Supervisor, run: Any, sc: Scenario, opts: argparse.Namespace,
         if sc.system == "stock":
             if resume_point(sup.seen, t_up):
                 break
-        elif sup.full(total) and (sc.kind == "worker" or len(run.epochs) > epochs_before):
-            break  # the replica is back (and the chief has kept or restored the variables)
+        elif sup.full(total) and (sc.kind == "worker" or trained_since_epoch(
+                sup, run.epochs[epochs_before:])):
+            break  # the replica is back (and training went on from the chief's epoch line)
     else:
         kill.notes.append(f"not back within {opts.recovery_timeout:.0f} s")
     # Where training resumed from: for ours the chief's epoch line after a PS loss or its
@@ -239,6 +246,11 @@ def one_kill(sup: Supervisor, run: Any, sc: Scenario, opts: argparse.Namespace,
         len(run.epochs) > epochs_before else None
     if epoch is not None:
         kill.lost = max(0, kill.g_before - epoch.global_step)
+    elif sc.system == "ours":
+        # No epoch line: nothing was kept, restored or initialized, so nothing rolled back
+        # unless the global step never got past the one before the kill.
+        later = [e.global_step for e in sup.seen if e.t > t_kill]
+        kill.lost = max(0, kill.g_before - max(later, default=kill.g_before))
         if sc.kind == "ps":
             base_t, base_step = epoch.t, epoch.global_step
             if epoch.global_step == 0 and kill.g_before > 0:
@@ -394,7 +406,7 @@ def snapshot_cost(opts: argparse.Namespace, root: Path) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--kills", type=int, default=10, help="kills per scenario")
+    p.add_argument("--kills", type=int, help="kills per scenario (10; --quick: 2)")
     p.add_argument("--quick", action="store_true",
                    help="2 kills per scenario, 5 s windows, 1 cost repeat")
     p.add_argument("--window", type=float, default=10.0,
@@ -409,7 +421,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep-logs", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
-        args.kills, args.window, args.cost_repeats, args.warmup = 2, 5.0, 1, 2.0
+        args.window, args.cost_repeats, args.warmup = 5.0, 1, 2.0
+    if args.kills is None:
+        args.kills = 2 if args.quick else 10
     return args
 
 
