@@ -246,15 +246,15 @@ def one_kill(sup: Supervisor, run: Any, sc: Scenario, opts: argparse.Namespace,
         len(run.epochs) > epochs_before else None
     if epoch is not None:
         kill.lost = max(0, kill.g_before - epoch.global_step)
+        if sc.kind == "ps":
+            base_t, base_step = epoch.t, epoch.global_step
+            if epoch.global_step == 0 and kill.g_before > 0:
+                kill.notes.append("global step back to 0")
     elif sc.system == "ours":
         # No epoch line: nothing was kept, restored or initialized, so nothing rolled back
         # unless the global step never got past the one before the kill.
         later = [e.global_step for e in sup.seen if e.t > t_kill]
         kill.lost = max(0, kill.g_before - max(later, default=kill.g_before))
-        if sc.kind == "ps":
-            base_t, base_step = epoch.t, epoch.global_step
-            if epoch.global_step == 0 and kill.g_before > 0:
-                kill.notes.append("global step back to 0")
     if sc.kind == "ps" and epoch is not None:
         above = sorted((e for e in sup.seen if e.t >= epoch.t and e.global_step > base_step),
                        key=lambda e: e.t)
