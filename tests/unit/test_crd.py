@@ -202,7 +202,17 @@ GOOD = [
     pytest.param(with_value(minimal, "spec.stallTimeoutSeconds", 0), id="stall-off"),
     pytest.param(with_value(minimal, "metadata.name", "a" * 51), id="longest-name"),
     pytest.param(with_value(minimal, "spec.model.args", {"hidden": [64, 32]}), id="args"),
-]
+    pytest.param(
+        with_value(minimal, "spec.runPolicy.schedulingPolicy",
+                   {"gangScheduler": "Coscheduling", "scheduleTimeoutSeconds": 60}),
+        id="coscheduling",
+    ),
+    pytest.param(
+        with_value(minimal, "spec.runPolicy.schedulingPolicy",
+                   {"gangScheduler": "Volcano", "queue": "q", "schedulerName": "vc"}),
+        id="volcano",
+    ),
+]  # fmt: skip
 
 # (field set, value, field the problem must name)
 BAD = [
@@ -238,6 +248,7 @@ BAD = [
     ("spec.training.checkpointDir", "relative/dir", "spec.training.checkpointDir"),
     ("spec.training.checkpointDir", "/" + "d" * 1024, "spec.training.checkpointDir"),
     ("spec.training.checkpointEverySteps", 0, "spec.training.checkpointEverySteps"),
+    ("spec.training.snapshotEverySteps", -1, "spec.training.snapshotEverySteps"),
     ("spec.training.logEverySteps", 0, "spec.training.logEverySteps"),
     ("spec.training.evalEverySteps", -1, "spec.training.evalEverySteps"),
     ("spec.training.seed", -1, "spec.training.seed"),
@@ -260,6 +271,21 @@ BAD = [
     ("spec.runPolicy.ttlSecondsAfterFinished", -1, "spec.runPolicy.ttlSecondsAfterFinished"),
     ("spec.runPolicy.cleanPodPolicy", "Some", "spec.runPolicy.cleanPodPolicy"),
     ("spec.runPolicy.suspend", "yes", "spec.runPolicy.suspend"),
+    ("spec.runPolicy.schedulingPolicy", "volcano", "spec.runPolicy.schedulingPolicy"),
+    ("spec.runPolicy.schedulingPolicy", {}, "spec.runPolicy.schedulingPolicy.gangScheduler"),
+    ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Kueue"},
+     "spec.runPolicy.schedulingPolicy.gangScheduler"),
+    ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Volcano", "scheduleTimeoutSeconds": 9},
+     "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"),
+    ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Coscheduling", "queue": "q"},
+     "spec.runPolicy.schedulingPolicy.queue"),
+    ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Coscheduling",
+                                         "scheduleTimeoutSeconds": 0},
+     "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"),
+    ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Volcano", "schedulerName": ""},
+     "spec.runPolicy.schedulingPolicy.schedulerName"),
+    ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Volcano", "minMember": 3},
+     "spec.runPolicy.schedulingPolicy.minMember"),
     ("spec.chiefRestartPolicy", "Ignore", "spec.chiefRestartPolicy"),
     ("spec.stallTimeoutSeconds", -1, "spec.stallTimeoutSeconds"),
     ("spec.replicaToAggregate", 2, "spec.replicaToAggregate"),

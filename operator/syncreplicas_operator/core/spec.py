@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any, Final, NamedTuple, TypeVar
 
 from . import naming
-from .enums import ChiefRestartPolicy, CleanPodPolicy, RestartPolicy
+from .enums import ChiefRestartPolicy, CleanPodPolicy, GangScheduler, RestartPolicy
 
 # --- allowed values and defaults (the CRD carries the same numbers) -----------------------
 
@@ -36,6 +36,7 @@ DEFAULT_BATCH_SIZE: Final = 32
 DEFAULT_MAX_STEPS: Final = 1000
 DEFAULT_CHECKPOINT_DIR: Final = "/var/lib/syncreplicas/checkpoints"
 DEFAULT_CHECKPOINT_EVERY_STEPS: Final = 100
+DEFAULT_SNAPSHOT_EVERY_STEPS: Final = 10
 DEFAULT_LOG_EVERY_STEPS: Final = 100
 DEFAULT_EVAL_EVERY_STEPS: Final = 0
 DEFAULT_SEED: Final = 0
@@ -53,6 +54,12 @@ MAX_PORT: Final = 65535
 MAX_ENTRYPOINT_LENGTH: Final = 253
 MAX_PATH_LENGTH: Final = 1024
 MAX_IMAGE_LENGTH: Final = 1024
+# A scheduler's name and a Volcano queue's name are object names (DNS subdomains).
+MAX_NAME_LENGTH: Final = 253
+DEFAULT_SCHEDULER_NAMES: Final = {
+    GangScheduler.COSCHEDULING: naming.COSCHEDULING_SCHEDULER_NAME,
+    GangScheduler.VOLCANO: naming.VOLCANO_SCHEDULER_NAME,
+}
 
 
 class Problem(NamedTuple):
@@ -90,6 +97,7 @@ class TrainingSpec:
     max_steps: int = DEFAULT_MAX_STEPS
     checkpoint_dir: str = DEFAULT_CHECKPOINT_DIR
     checkpoint_every_steps: int = DEFAULT_CHECKPOINT_EVERY_STEPS
+    snapshot_every_steps: int = DEFAULT_SNAPSHOT_EVERY_STEPS
     log_every_steps: int = DEFAULT_LOG_EVERY_STEPS
     eval_every_steps: int = DEFAULT_EVAL_EVERY_STEPS
     seed: int = DEFAULT_SEED
@@ -106,6 +114,19 @@ class MetricsSpec:
 
 
 @dataclass(frozen=True)
+class SchedulingPolicy:
+    """``runPolicy.schedulingPolicy``: gang scheduling through a PodGroup."""
+
+    gang_scheduler: GangScheduler
+    # The pods' schedulerName (default: the gang scheduler's usual name).
+    scheduler_name: str
+    # Coscheduling only: how long the scheduler waits for the whole gang.
+    schedule_timeout_seconds: int | None = None
+    # Volcano only: the queue the PodGroup is admitted through.
+    queue: str | None = None
+
+
+@dataclass(frozen=True)
 class RunPolicy:
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT
@@ -113,6 +134,7 @@ class RunPolicy:
     ttl_seconds_after_finished: int | None = None
     clean_pod_policy: CleanPodPolicy = CleanPodPolicy.RUNNING
     suspend: bool = False
+    scheduling_policy: SchedulingPolicy | None = None
 
 
 @dataclass(frozen=True)
@@ -378,6 +400,7 @@ _TRAINING_FIELDS: Final = (
     "maxSteps",
     "checkpointDir",
     "checkpointEverySteps",
+    "snapshotEverySteps",
     "logEverySteps",
     "evalEverySteps",
     "seed",
@@ -393,6 +416,13 @@ _RUN_POLICY_FIELDS: Final = (
     "ttlSecondsAfterFinished",
     "cleanPodPolicy",
     "suspend",
+    "schedulingPolicy",
+)
+_SCHEDULING_POLICY_FIELDS: Final = (
+    "gangScheduler",
+    "schedulerName",
+    "scheduleTimeoutSeconds",
+    "queue",
 )
 _ROLE_FIELDS: Final = ("template",)
 
@@ -446,6 +476,7 @@ def _training(c: _Checker, spec: Mapping[str, Any], path: str) -> TrainingSpec:
         )
         or "",
         checkpoint_every_steps=count("checkpointEverySteps", DEFAULT_CHECKPOINT_EVERY_STEPS, 1),
+        snapshot_every_steps=count("snapshotEverySteps", DEFAULT_SNAPSHOT_EVERY_STEPS, 0),
         log_every_steps=count("logEverySteps", DEFAULT_LOG_EVERY_STEPS, 1),
         eval_every_steps=count("evalEverySteps", DEFAULT_EVAL_EVERY_STEPS, 0),
         seed=count("seed", DEFAULT_SEED, 0),
@@ -498,6 +529,46 @@ def _run_policy(c: _Checker, spec: Mapping[str, Any], path: str) -> RunPolicy:
             raw, "cleanPodPolicy", f"{path}.cleanPodPolicy", CleanPodPolicy.RUNNING
         ),
         suspend=c.boolean(raw, "suspend", f"{path}.suspend", default=False),
+        scheduling_policy=_scheduling_policy(c, raw, f"{path}.schedulingPolicy"),
+    )
+
+
+def _scheduling_policy(
+    c: _Checker, run_policy: Mapping[str, Any], path: str
+) -> SchedulingPolicy | None:
+    raw = c.mapping(run_policy, "schedulingPolicy", path)
+    if raw is None:
+        return None
+    c.unknown(raw, _SCHEDULING_POLICY_FIELDS, path)
+    name = c.string(raw, "gangScheduler", f"{path}.gangScheduler", required=True,
+                    enum=tuple(GangScheduler))  # fmt: skip
+    gang = GangScheduler(name) if name is not None else GangScheduler.COSCHEDULING
+    timeout = c.integer(
+        raw, "scheduleTimeoutSeconds", f"{path}.scheduleTimeoutSeconds", minimum=1
+    )
+    if timeout is not None and gang != GangScheduler.COSCHEDULING:
+        c.add(
+            f"{path}.scheduleTimeoutSeconds",
+            "applies to Coscheduling only (Volcano's PodGroup has no timeout)",
+        )
+    queue = c.string(
+        raw, "queue", f"{path}.queue", min_length=1, max_length=MAX_NAME_LENGTH
+    )
+    if queue is not None and gang != GangScheduler.VOLCANO:
+        c.add(f"{path}.queue", "applies to Volcano only")
+    scheduler_name = c.string(
+        raw,
+        "schedulerName",
+        f"{path}.schedulerName",
+        default=DEFAULT_SCHEDULER_NAMES[gang],
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+    )
+    return SchedulingPolicy(
+        gang_scheduler=gang,
+        scheduler_name=scheduler_name or DEFAULT_SCHEDULER_NAMES[gang],
+        schedule_timeout_seconds=timeout,
+        queue=queue,
     )
 
 
