@@ -305,7 +305,8 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         if cfg.is_chief or cfg.role == "ps":  # PS 0 watches for a PS that lost its variables
             report = v1.report_uninitialized_variables(v1.global_variables())
         # Unused report ops would be logged as errors when the graph is collected.
-        for tensor in (report, sync_opt.ready_for_local_init_op):
+        for tensor in (report, sync_opt.ready_for_local_init_op,
+                       seqlock.is_initialized if seqlock else None):
             getattr(tensor, "mark_used", lambda: None)()
         bump = chief_starts.assign_add(1, read_value=True)
     return TrainingGraph(
