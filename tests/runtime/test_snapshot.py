@@ -102,6 +102,9 @@ def test_a_lost_ps_is_restored_from_the_snapshot(tmp_path: Path) -> None:
     assert cluster.replica("ps", 1).exit_codes == [-9], logs
     chief = cluster.log("chief", 0)
     assert f"finished at global step {steps}" in chief, logs
+    # Packing is on (the default): w and b, one on each PS, each a packed PS variable; the
+    # snapshot holds those and restores the one PS 1 lost.
+    assert "packing: 2 trainable variables in 2 packed PS variables\n" in chief, chief
     m = RESTORED_RE.search(chief)
     assert m and m[1] == m[2], chief
     restored = int(m[1])
