@@ -36,7 +36,10 @@ EVENTS = ["chief_kill", "chief_kill", "worker_kill", "chief_kill", "ps1_kill", "
 SNAPSHOT_EVERY = 10
 TOKEN_BOUND = 3  # max(replicas, R) + initialTokens
 HANG_GUARD = 120.0
-PACKED = "packing: 2 trainable variables in 1 packed PS variable"
+# linear's 5 parameters as 5 variables: packing (on by default) puts 3 in one PS variable on
+# PS 0 and 2 in one on PS 1, so every kill, restore and snapshot goes through packed ones.
+MODEL_ARGS = {"dim": 4, "variables": 5}
+PACKED = "packing: 5 trainable variables in 2 packed PS variables"
 
 EPOCH_RE = re.compile(r"sync epoch ([0-9a-f]+): variables (\w+)[^,]*, global step (\d+)")
 RESTORED_RE = re.compile(r"variables restored[^,]*, global step (\d+)")
@@ -134,7 +137,8 @@ def test_chaos(tmp_path: Path) -> None:
     # R = replicas (no backup): updates wait while the chief is down, so the run outlasts
     # the seven restarts (with a backup the others would reach maxSteps meanwhile; that
     # case is test_a_killed_chief_costs_only_its_own_gradients).
-    job = linear_job(replicasToAggregate=3, training__maxSteps=MAX_STEPS,
+    job = linear_job(replicasToAggregate=3, model__args=MODEL_ARGS,
+                     training__maxSteps=MAX_STEPS,
                      training__checkpointDir=str(tmp_path / "ckpt"),
                      training__checkpointEverySteps=20, training__logEverySteps=10,
                      training__snapshotEverySteps=SNAPSHOT_EVERY,
@@ -186,8 +190,7 @@ def test_chaos(tmp_path: Path) -> None:
     chief_log = cluster.log("chief", 0)
     assert f"finished at global step {MAX_STEPS}" in chief_log, logs
     assert "stopped by SIGTERM after writing model.ckpt-" in chief_log, logs
-    # Packing is on (the default): w and b are one packed PS variable, restored after the
-    # PS loss from a checkpoint under their own names.
+    # Packed in every incarnation (MODEL_ARGS).
     packing = [line for line in chief_log.splitlines() if "packing:" in line]
     assert packing and all(line.endswith(PACKED) for line in packing), packing
     starts = check_invariants(chief_log)
