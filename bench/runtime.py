@@ -19,8 +19,8 @@ Prints one table per measure and tables of ratios (ours / stock). Not a test.
 
     .venv/bin/python bench/runtime.py                  # every cell, 3 repeats, median
     .venv/bin/python bench/runtime.py --quick          # 1 repeat, shorter windows
-    .venv/bin/python bench/runtime.py --packing        # the packing cells only
-    .venv/bin/python bench/runtime.py --packing-smoke  # 256 variables, 1 PS, once (~1 min)
+    .venv/bin/python bench/runtime.py --packing        # the packing cells only (~50 min)
+    .venv/bin/python bench/runtime.py --packing-smoke  # 256 variables, 1 PS, once (~2 min)
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ PACKING_TARGETS = {64: 3.0, 256: 8.0}
 PACKING_FLAT_TARGET = 0.7
 # A run's time besides its window and warm-up: processes importing TensorFlow on a quiet
 # machine, the first step, every replica joining, shutting down. For the estimate only.
-RUN_OVERHEAD_S = 25.0
+RUN_OVERHEAD_S = 40.0
 
 
 def cells(workers: int, slow_ms: float) -> list[Cell]:
@@ -236,7 +236,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--packing-smoke",
         action="store_true",
-        help="smoke check: the 256-variable 1-PS cell once, 3 s windows (about a minute)",
+        help="smoke check: the 256-variable 1-PS cell once, 3 s windows (about 2 minutes)",
     )
     p.add_argument("--keep-logs", action="store_true")
     args = p.parse_args(argv)
