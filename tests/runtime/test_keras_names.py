@@ -48,7 +48,7 @@ def test_keras_names_layers_from_the_global_counters_stable_names_swaps() -> Non
     assert keras.layers.Dense(1).name == f"dense_{table['dense'] - 1}"
 
 
-def chief_config(entrypoint: str):
+def chief_config(entrypoint: str, pack: bool):
     ps = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     chief = f"127.0.0.1:{free_port()}"
     env = {
@@ -56,7 +56,8 @@ def chief_config(entrypoint: str):
                                  "task": {"type": "chief", "index": 0}}),
         "SYNCREPLICAS_JOB": json.dumps({"replicasToAggregate": 1, "workers": 0,
                                         "parameterServers": 2,
-                                        "model": {"entrypoint": entrypoint}}),
+                                        "model": {"entrypoint": entrypoint},
+                                        "training": {"packVariables": pack}}),
     }
     cfg = parse_config(env)
     spec = tf.train.ClusterSpec({"ps": ps, "chief": [chief]})
@@ -66,13 +67,17 @@ def chief_config(entrypoint: str):
     return cfg, servers
 
 
+@pytest.mark.parametrize("pack", [True, False], ids=["packed", "unpacked"])
 @pytest.mark.parametrize("entrypoint", [
     "syncreplicas_runtime.models.digits_cnn:build",   # Sequential + tf.data
     "examples.port.after:build",                      # Sequential without Input + tf.data
     "tests.runtime.kerasmodels:functional",           # functional model on placeholders
 ])
-def test_every_rebuild_names_the_variables_alike_and_finds_their_values(entrypoint: str) -> None:
-    cfg, servers = chief_config(entrypoint)
+def test_every_rebuild_names_the_variables_alike_and_finds_their_values(entrypoint: str,
+                                                                        pack: bool) -> None:
+    """Packed, the model's variables are local copies (their names are the checkpoint's)
+    of PS variables the same plan must find again; unpacked, they are the PS variables."""
+    cfg, servers = chief_config(entrypoint, pack)
     model_fn = load_entrypoint(entrypoint)
     names = None
     values = None
@@ -81,20 +86,30 @@ def test_every_rebuild_names_the_variables_alike_and_finds_their_values(entrypoi
         tf.keras.layers.Dense(1), tf.keras.Sequential()
         training = G.build_training_graph(cfg, model_fn, epoch=rebuild + 1)
         with training.graph.as_default():
-            model_vars = {v.op.name: v for v in v1.trainable_variables()}
-            first = next(iter(model_vars.values()))
+            on_ps = {v.op.name: v for v in v1.trainable_variables()}
+            if training.packing is not None:
+                model_vars = {c.op.name: c for p in training.packing.packs for c in p.copies}
+                assert {c.device for c in model_vars.values()} == {
+                    "/job:chief/task:0/device:CPU:0"}
+                fill = training.local_init_op  # the copies read the PS variables
+            else:
+                model_vars, fill = on_ps, tf.no_op()
+            first = next(iter(on_ps.values()))
             bump = first.assign_add(tf.ones_like(first))
+        assert (training.packing is not None) == pack
         assert len(model_vars) >= 4
-        assert {v.device for v in model_vars.values()} == {"/job:ps/task:0", "/job:ps/task:1"}
+        assert {v.device for v in on_ps.values()} == {"/job:ps/task:0", "/job:ps/task:1"}
         assert names is None or sorted(model_vars) == names, rebuild
         names = sorted(model_vars)
         with v1.Session(servers[2].target, graph=training.graph,
                         config=session_config(cfg)) as sess:
             how, _ = restore_or_initialize(sess, training, "")
             assert how == ("initialized" if rebuild == 0 else "kept"), rebuild
+            sess.run(fill)
             now = sess.run({n: v for n, v in model_vars.items()})
             if values is not None:
                 for name in names:
                     np.testing.assert_array_equal(now[name], values[name], err_msg=name)
             sess.run(bump)  # the next graph must see this change on the PS
+            sess.run(fill)
             values = sess.run({n: v for n, v in model_vars.items()})
