@@ -42,9 +42,9 @@ def test_every_family_is_listed() -> None:
 
 
 def test_replica_phases_are_the_runtime_enum() -> None:
-    assert metricnames.REPLICA_PHASES == {
+    assert {
         int(p): p.name.lower().replace("_", " ").replace("ps", "PS") for p in ReplicaPhase
-    }
+    } == metricnames.REPLICA_PHASES
 
 
 def test_the_eval_metric_is_read_by_its_name_label() -> None:
