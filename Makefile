@@ -54,7 +54,7 @@ lint: venv
 	$(VENV)/bin/lint-imports
 
 test: venv tools lint
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=25
 
 # Pure-code tests only: seconds, no processes.
 test-fast: venv

@@ -20,11 +20,13 @@ def main() -> int:
     except ConfigError as err:
         return fail(exitcodes.CONFIG, f"bad configuration: {err}")
     name = f"{cfg.role}-{cfg.index}"
+    delay_setting = os.environ.get(STEP_DELAY_ENV, "0") or "0"
+    delay_file = delay_setting[1:] if delay_setting.startswith("@") else None
     try:
-        delay_ms = float(os.environ.get(STEP_DELAY_ENV, "0") or 0)
+        delay_ms = 0.0 if delay_file else float(delay_setting)
     except ValueError:
         return fail(exitcodes.CONFIG, f"bad configuration: {STEP_DELAY_ENV}: "
-                    "must be a number of milliseconds")
+                    "must be a number of milliseconds or @FILE")
     if cfg.role != "chief":
         # Replicas other than the chief have nothing to save: stop at once.
         signal.signal(signal.SIGTERM, lambda *_: _sigterm_exit())
@@ -71,7 +73,8 @@ def main() -> int:
     except Exception as err:  # e.g. the port is taken: transient on a shared node
         return fail(exitcodes.RETRY, f"cannot start the gRPC server on {cfg.address}: {err}")
     ctx = Context(cfg=cfg, server=server, metrics=metrics, readiness=readiness,
-                  model_fn=model_fn, name=name, step_delay=delay_ms / 1000.0)
+                  model_fn=model_fn, name=name, step_delay=delay_ms / 1000.0,
+                  step_delay_file=delay_file)
     ctx.log(f"started: tensorflow {tf.__version__} imported in {imported - started:.1f}s, "
             f"server {cfg.address} up at {time.monotonic() - started:.1f}s "
             f"(R={cfg.replicas_to_aggregate}, replicas={cfg.total_replicas}, "

@@ -17,7 +17,9 @@ OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "rmsprop")
 CHIEF_RESTART_POLICIES = ("ResetSyncState", "RestartJob", "Fail")
 ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
 ADDRESS_RE = re.compile(r"^[^\s:/]+:\d{1,5}$")
-# A test and benchmark hook, not for production: sleep this many ms before every step.
+# A test and benchmark hook, not for production: sleep this many ms before every step, or
+# ("@/path") as many ms as that file says, re-read while training (a straggler that can be
+# turned on and off).
 STEP_DELAY_ENV = "SYNCREPLICAS_DEBUG_STEP_DELAY_MS"
 
 

@@ -29,6 +29,8 @@ class Context:
     model_fn: Any
     name: str
     step_delay: float = 0.0
+    step_delay_file: str | None = None  # the debug delay is read from here (cluster.py)
+    _delay_read_at: float = 0.0
     last_progress: float = field(default_factory=time.monotonic)
     watchdog_armed: bool = False
     local_steps: int = 0
@@ -42,6 +44,17 @@ class Context:
     def log(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S", time.gmtime())
         print(f"{stamp} syncreplicas {self.name}: {msg}", flush=True)
+
+    def current_step_delay(self) -> float:
+        """The debug delay before the next step, in seconds (the file is read every 0.2 s)."""
+        if self.step_delay_file and time.monotonic() - self._delay_read_at > 0.2:
+            self._delay_read_at = time.monotonic()
+            try:
+                with open(self.step_delay_file) as f:
+                    self.step_delay = max(0.0, float(f.read().strip() or 0) / 1000.0)
+            except (OSError, ValueError):
+                pass  # being rewritten, or gone: keep the last value
+        return self.step_delay
 
     def progress(self) -> None:
         self.last_progress = time.monotonic()

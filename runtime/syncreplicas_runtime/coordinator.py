@@ -26,6 +26,7 @@ every other one is blocked.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
@@ -138,10 +139,8 @@ class Coordinator:
         (watch_epoch notices the loop is gone and opens one).
         """
         opts = tf.compat.v1.RunOptions(timeout_in_ms=5000)
-        try:
+        with contextlib.suppress(tf.errors.OpError):
             self.sess.run(self.training.close_tokens_op, options=opts)
-        except tf.errors.OpError:
-            pass
 
     def adjust(self, state: dict[str, Any]) -> None:
         """Set R for the next update from who is live (one small run when it changes)."""

@@ -36,8 +36,9 @@ class StepLoop:
         ctx, m = self.ctx, self.ctx.metrics
         model = self.training.model
         feed = model.feed_for(self.sess, self.tag)
-        if ctx.step_delay:
-            time.sleep(ctx.step_delay)
+        delay = ctx.current_step_delay()
+        if delay:
+            time.sleep(delay)
         t0 = time.monotonic()
         out = self.sess.run(self.training.fetches, feed_dict=feed)
         took = time.monotonic() - t0
@@ -48,7 +49,7 @@ class StepLoop:
             m.stale_dropped.inc()
         m.tokens_consumed.inc()
         m.token_wait.observe(max(0.0, float(out["t_token"] - out["t_pushed"])))
-        m.step_duration.observe(took + ctx.step_delay)
+        m.step_duration.observe(took + delay)
         m.examples.inc(ctx.cfg.training.batch_size)
         m.loss.set(float(out["loss"]))
         ctx.local_steps += 1

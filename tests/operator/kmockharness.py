@@ -40,6 +40,11 @@ RESOURCES: dict[str, dict[str, Any]] = {
     "v1/services": {"kind": "Service", "namespaced": True},
     "v1/events": {"kind": "Event", "namespaced": True},
     "networking.k8s.io/v1/networkpolicies": {"kind": "NetworkPolicy", "namespaced": True},
+    # scheduler-plugins' PodGroups are served (Volcano's are not: the missing-API case).
+    f"{naming.COSCHEDULING_API_VERSION}/{naming.POD_GROUP_PLURAL}": {
+        "kind": naming.POD_GROUP_KIND,
+        "namespaced": True,
+    },
     JOBS: {
         "kind": naming.KIND,
         "namespaced": True,
@@ -273,6 +278,9 @@ class Cluster:
         last_exit_code: int | None = None,
         pod_ip: str = "10.0.0.1",
         uid: str | None = None,
+        reason: str | None = None,
+        message: str | None = None,
+        conditions: list[dict[str, Any]] | None = None,
     ) -> None:
         """Report a pod's state as a kubelet would (a realistic ``status``)."""
         if phase == "Running":
@@ -304,6 +312,8 @@ class Cluster:
         patch: dict[str, Any] = {
             "status": {"phase": phase, "podIP": pod_ip, "containerStatuses": [container]}
         }
+        extra = {"reason": reason, "message": message, "conditions": conditions}
+        patch["status"].update({k: v for k, v in extra.items() if v is not None})
         if uid is not None:
             patch["metadata"] = {"uid": uid}
         status, body = await self.request(

@@ -62,6 +62,8 @@ async def test_create_makes_every_child_once(shared_cluster: Cluster) -> None:
 
 
 async def test_chief_success_stops_ps_and_workers(shared_cluster: Cluster) -> None:
+    """kubeflow/training-operator#774, #1059: the chief's exit 0 ends the job, and its
+    parameter servers (which would serve forever) are deleted."""
     cluster, namespace = shared_cluster, "success"
     await cluster.create_job(job_manifest("beta", namespace))
     await cluster.wait_for(lambda: len(cluster.pod_names(namespace, "beta")) == 4, what="pods")

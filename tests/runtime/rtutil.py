@@ -41,3 +41,22 @@ LOG_LINE = re.compile(r"global_step=(\d+) local_step=(\d+) steps/s=([\d.]+) loss
 def logged_steps(log: str) -> list[tuple[int, float]]:
     """(global step, loss) of every periodic log line."""
     return [(int(m[1]), float(m[4])) for m in LOG_LINE.finditer(log)]
+
+
+class StepDelay:
+    """A step delay every replica reads from one file while it trains (the runtime's
+    ``SYNCREPLICAS_DEBUG_STEP_DELAY_MS=@FILE``): slow while a test needs time to pass in
+    few steps (a restart's TensorFlow import), fast once it does not."""
+
+    def __init__(self, path: Path, ms: float) -> None:
+        self.path = path
+        self.set(ms)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"SYNCREPLICAS_DEBUG_STEP_DELAY_MS": f"@{self.path}"}
+
+    def set(self, ms: float) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(f"{ms}\n")
+        tmp.replace(self.path)  # atomic: a reader never sees an empty file

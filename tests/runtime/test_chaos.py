@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.rtutil import linear_job, runtime_env
+from tests.runtime.rtutil import StepDelay, linear_job, runtime_env
 from tests.support.tfcluster import LocalCluster, metric_value, start_cluster
 
 pytestmark = pytest.mark.slow
@@ -200,11 +200,14 @@ def test_chaos(tmp_path: Path) -> None:
 def test_a_killed_chief_costs_only_its_own_gradients(tmp_path: Path) -> None:
     """Chief + 3 workers, R = 3: the global step goes on while the chief is dead, and the
     restarted chief joins the running epoch (no worker is reset)."""
-    max_steps = 1500  # 100 ms steps: time for the restarted chief's TensorFlow import
+    # 100 ms steps until the chief is gone, 1 s steps while the restarted chief imports
+    # TensorFlow (5-60 s), then full speed to maxSteps.
+    max_steps = 300
     job = linear_job(replicasToAggregate=3, training__maxSteps=max_steps,
                      training__checkpointDir=str(tmp_path / "ckpt"),
-                     training__checkpointEverySteps=50, training__logEverySteps=50)
-    env = {**runtime_env(), "SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "100"}
+                     training__checkpointEverySteps=20, training__logEverySteps=50)
+    delay = StepDelay(tmp_path / "delay", 100)
+    env = {**runtime_env(), **delay.env}
 
     def scrape() -> tuple[float | None, float | None, float | None]:
         """(worker 0's global step, R and live replicas from PS 0)."""
@@ -238,12 +241,14 @@ def test_a_killed_chief_costs_only_its_own_gradients(tmp_path: Path) -> None:
                                    lambda s, r, n: s >= killed_step + 30 and n == 3)
         assert r == 3, r
         advanced = gone_step - killed_step
+        delay.set(1000)
         cluster.restart("chief", 0)
         wait_for("the chief back", lambda s, r, n: n == 4)
         deadline = time.monotonic() + HANG_GUARD
         while len(JOIN_RE.findall(cluster.log("chief", 0))) < 2:
             assert time.monotonic() < deadline, cluster.logs()
             time.sleep(0.2)
+        delay.set(0)
         assert worker_resets(cluster, 3) == resets, cluster.logs()
         codes = cluster.wait(timeout=HANG_GUARD * 2)
         logs = cluster.logs()

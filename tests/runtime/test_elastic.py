@@ -23,7 +23,7 @@ from syncreplicas_runtime.coordinator import (
     silence_limit,
 )
 
-from tests.runtime.rtutil import linear_job, runtime_env
+from tests.runtime.rtutil import StepDelay, linear_job, runtime_env
 from tests.support.tfcluster import LocalCluster, metric_value, start_cluster
 
 HANG_GUARD = 240.0
@@ -92,12 +92,13 @@ def wait_for(cluster: LocalCluster, what: str, check: object) -> tuple[float, fl
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_killed_worker_lowers_r_and_training_goes_on(tmp_path: Path) -> None:
-    # Slow steps (100 ms each) leave time for the restarted worker's TensorFlow import
-    # (5-60 s) before maxSteps.
-    max_steps = 1500
+    # 100 ms steps until R is lowered, 1 s steps while the restarted worker imports
+    # TensorFlow (5-60 s), then full speed to maxSteps.
+    max_steps = 400
     job = linear_job(replicasToAggregate=3, minReplicasToAggregate=2,
                      training__maxSteps=max_steps, training__logEverySteps=100)
-    env = {**runtime_env(), "SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "100"}
+    delay = StepDelay(tmp_path / "delay", 100)
+    env = {**runtime_env(), **delay.env}
     with start_cluster(job, workers=2, ps=1, workdir=tmp_path, env=env) as cluster:
         wait_for(cluster, "training with R = 3", lambda s, r, n: s >= 20 and r == 3 and n == 3)
         cluster.kill("worker", 1)
@@ -108,8 +109,10 @@ def test_a_killed_worker_lowers_r_and_training_goes_on(tmp_path: Path) -> None:
         # Training goes on without worker 1.
         wait_for(cluster, "steps without worker 1", lambda s, r, n: s >= step + 30 and r == 2)
         progressed_at = time.monotonic() - killed_at
+        delay.set(1000)
         cluster.restart("worker", 1)
         wait_for(cluster, "R back to 3", lambda s, r, n: r == 3 and n == 3)
+        delay.set(0)
         codes = cluster.wait(timeout=HANG_GUARD * 2)
         logs = cluster.logs()
     assert set(codes.values()) == {0}, logs

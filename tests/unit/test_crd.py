@@ -202,7 +202,17 @@ GOOD = [
     pytest.param(with_value(minimal, "spec.stallTimeoutSeconds", 0), id="stall-off"),
     pytest.param(with_value(minimal, "metadata.name", "a" * 51), id="longest-name"),
     pytest.param(with_value(minimal, "spec.model.args", {"hidden": [64, 32]}), id="args"),
-]
+    pytest.param(
+        with_value(minimal, "spec.runPolicy.schedulingPolicy",
+                   {"gangScheduler": "Coscheduling", "scheduleTimeoutSeconds": 60}),
+        id="coscheduling",
+    ),
+    pytest.param(
+        with_value(minimal, "spec.runPolicy.schedulingPolicy",
+                   {"gangScheduler": "Volcano", "queue": "q", "schedulerName": "vc"}),
+        id="volcano",
+    ),
+]  # fmt: skip
 
 # (field set, value, field the problem must name)
 BAD = [
@@ -259,6 +269,21 @@ BAD = [
     ("spec.runPolicy.ttlSecondsAfterFinished", -1, "spec.runPolicy.ttlSecondsAfterFinished"),
     ("spec.runPolicy.cleanPodPolicy", "Some", "spec.runPolicy.cleanPodPolicy"),
     ("spec.runPolicy.suspend", "yes", "spec.runPolicy.suspend"),
+    ("spec.runPolicy.schedulingPolicy", "volcano", "spec.runPolicy.schedulingPolicy"),
+    ("spec.runPolicy.schedulingPolicy", {}, "spec.runPolicy.schedulingPolicy.gangScheduler"),
+    ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Kueue"},
+     "spec.runPolicy.schedulingPolicy.gangScheduler"),
+    ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Volcano", "scheduleTimeoutSeconds": 9},
+     "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"),
+    ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Coscheduling", "queue": "q"},
+     "spec.runPolicy.schedulingPolicy.queue"),
+    ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Coscheduling",
+                                         "scheduleTimeoutSeconds": 0},
+     "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"),
+    ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Volcano", "schedulerName": ""},
+     "spec.runPolicy.schedulingPolicy.schedulerName"),
+    ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Volcano", "minMember": 3},
+     "spec.runPolicy.schedulingPolicy.minMember"),
     ("spec.chiefRestartPolicy", "Ignore", "spec.chiefRestartPolicy"),
     ("spec.stallTimeoutSeconds", -1, "spec.stallTimeoutSeconds"),
     ("spec.replicaToAggregate", 2, "spec.replicaToAggregate"),

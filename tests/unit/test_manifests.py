@@ -485,3 +485,40 @@ def test_network_policy() -> None:
             {"ports": [{"protocol": "TCP", "port": 9100}]},
         ],
     }
+
+
+# --- gang scheduling --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ps", "workers", "r", "min_member"),
+    [
+        (1, 3, 4, 1 + 4),  # every replica needed
+        (2, 5, 3, 2 + 3),  # two workers are backups: they may wait
+        (1, 0, 1, 1 + 1),  # the chief alone
+        (3, 2, 7, 3 + 3),  # R above the replicas: all of them
+    ],
+)
+def test_pod_group_min_member(ps: int, workers: int, r: int, min_member: int) -> None:
+    j = job(parameterServers=ps, workers=workers, replicasToAggregate=r)
+    assert manifests.pod_group_min_member(j.spec) == min_member
+
+
+def test_volcano_pod_group_and_pods() -> None:
+    policy = {"gangScheduler": "Volcano", "queue": "research", "schedulerName": "vc"}
+    j = job(workers=2, replicasToAggregate=2, runPolicy={"schedulingPolicy": policy})
+    children = manifests.build_children(j)
+    group = children[0]
+    assert (group["apiVersion"], group["kind"]) == (naming.VOLCANO_API_VERSION, "PodGroup")
+    assert group["spec"] == {"minMember": 1 + 2, "queue": "research"}
+    assert group["metadata"]["ownerReferences"][0]["kind"] == naming.KIND
+    for pod in (c for c in children if c["kind"] == "Pod"):
+        assert pod["spec"]["schedulerName"] == "vc"
+        assert pod["metadata"]["annotations"][naming.VOLCANO_GROUP_ANNOTATION] == j.name
+        assert naming.COSCHEDULING_POD_GROUP_LABEL not in pod["metadata"]["labels"]
+
+
+def test_no_scheduling_policy_no_pod_group() -> None:
+    children = manifests.build_children(job())
+    assert "PodGroup" not in {c["kind"] for c in children}
+    assert all("schedulerName" not in c["spec"] for c in children if c["kind"] == "Pod")

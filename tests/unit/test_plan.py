@@ -20,10 +20,16 @@ from syncreplicas_operator.core.actions import (
     CreateChild,
     DeleteJob,
     DeletePod,
+    DeletePodGroup,
     EmitEvent,
     PatchStatus,
 )
-from syncreplicas_operator.core.planner import Observed, Plan, plan_job
+from syncreplicas_operator.core.planner import (
+    FORCE_DELETE_AFTER_SECONDS,
+    Observed,
+    Plan,
+    plan_job,
+)
 from syncreplicas_operator.core.policy import ReplicaExitDecision, decide_replica_exit
 from syncreplicas_operator.core.spec import Job, RunPolicy, parse_job
 from syncreplicas_operator.core.status import ObservedPod
@@ -66,6 +72,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
         ("ExitCode", "worker", 75, 0, RESTART),
         ("ExitCode", "chief", 143, 0, RESTART),
         ("ExitCode", "ps", -1, 0, RESTART),  # evicted: no exit code, retried
+        ("ExitCode", "ps", 137, 0, RESTART),  # SIGKILL (deleted, preempted, OOM): retried
         ("ExitCode", "chief", 75, 6, FAIL),
         ("ExitCode", "worker", 75, 6, IGNORE),
     ],
@@ -75,6 +82,25 @@ def test_decide_replica_exit(
 ) -> None:
     rules = RunPolicy(restart_policy=policy, backoff_limit=6)
     assert decide_replica_exit(rules, rtype, code, restarts) is decision
+
+
+@pytest.mark.parametrize(
+    ("policy", "rtype", "code", "decision"),
+    [
+        # The cluster stopped it (evicted, preempted): restarted even with the budget spent.
+        ("ExitCode", "ps", 137, RESTART),
+        ("ExitCode", "chief", -1, RESTART),
+        ("OnFailure", "worker", 143, RESTART),
+        ("ExitCode", "worker", 64, FAIL),  # the runtime's verdict still stands
+        ("Never", "ps", 137, FAIL),  # Never restarts nothing
+        ("Never", "worker", 137, IGNORE),
+    ],
+)
+def test_disrupted_replicas_restart_whatever_the_budget(
+    policy: str, rtype: str, code: int, decision: ReplicaExitDecision
+) -> None:
+    rules = RunPolicy(restart_policy=policy, backoff_limit=0)
+    assert decide_replica_exit(rules, rtype, code, 5, disrupted=True) is decision
 
 
 # --- a tiny world the plans act on -------------------------------------------------------
@@ -111,10 +137,17 @@ class World:
     now: datetime = T0
     step: int | None = None
     last: Plan | None = None
+    pod_group: bool | None = None
+    pod_group_api: bool = True
 
     def plan(self) -> Plan:
         observed = Observed(
-            tuple(self.pods.values()), frozenset(self.services), self.policy, self.step
+            tuple(self.pods.values()),
+            frozenset(self.services),
+            self.policy,
+            self.step,
+            pod_group=self.pod_group,
+            pod_group_api=self.pod_group_api,
         )
         self.last = plan_job(self.job, observed, self.status, self.now)
         for action in self.last.actions:
@@ -124,10 +157,14 @@ class World:
                     self.pods[action.name] = ObservedPod(action.name, rtype, index, uid=f"u{index}")
                 elif action.kind == "Service":
                     self.services.add(action.name)
+                elif action.kind == "PodGroup":
+                    self.pod_group = True
                 else:
                     self.policy = True
             elif isinstance(action, DeletePod):
                 self.pods.pop(action.name, None)
+            elif isinstance(action, DeletePodGroup):
+                self.pod_group = False
         self.status = self.last.status
         return self.last
 
@@ -141,6 +178,14 @@ class World:
 
     def set(self, name: str, **changes: Any) -> None:
         self.pods[name] = replace(self.pods[name], **changes)
+
+    def set_deleting(self, name: str, disruption: str) -> None:
+        """A pod the operator deleted, seen again before it is gone (watch lag)."""
+        self.pods[name] = replace(
+            self.pods.get(name) or ObservedPod(name, *naming.parse_replica_name("j", name)),
+            deleting=True,
+            disruption=disruption,
+        )
 
     def run_all(self) -> None:
         for name, pod in self.pods.items():
@@ -531,3 +576,178 @@ def test_restarts_of_deleted_pods_still_count() -> None:
     world.plan()
     failed = world.condition("Failed")
     assert failed is not None and failed["reason"] == naming.REASON_BACKOFF_LIMIT_EXCEEDED
+
+
+# --- failures users hit with TFJob (kubeflow/training-operator issues) ------------------
+
+
+def test_pods_gone_after_the_job_finished_are_not_run_again() -> None:
+    """#1186: a finished job's pods deleted or garbage-collected re-run nothing."""
+    world = running_world(runPolicy={"cleanPodPolicy": "None"})
+    world.set("j-chief-0", phase="Succeeded", exit_code=0)
+    world.plan()
+    world.pods.clear()  # every pod deleted (by a user, or the pod garbage collector)
+    world.now += timedelta(minutes=5)
+    plan = world.plan()
+    assert not [a for a in plan.actions if isinstance(a, CreateChild)]
+    assert world.status["phase"] == naming.PHASE_SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [
+        "Evicted: The node was low on resource: memory.",
+        "Preempting: Preempted in order to admit critical pod",
+        "Terminated: Pod was terminated in response to imminent node shutdown.",
+        "PreemptionByScheduler: kube-scheduler: preempting to accommodate a higher priority pod",
+    ],
+)
+def test_an_evicted_or_preempted_replica_is_restarted_and_named(cause: str) -> None:
+    """#1560, #1570, #999: not a job failure, nor a restart the job's budget pays for."""
+    world = running_world(runPolicy={"restartPolicy": "ExitCode", "backoffLimit": 0})
+    world.set("j-ps-0", phase="Failed", exit_code=137, disruption=cause)
+    plan = world.plan()
+    assert DeletePod("j-ps-0") in plan.actions
+    assert not world.is_true("Failed")
+    restarting = world.condition("Restarting")
+    assert restarting is not None and cause in restarting["message"]
+    assert "j-ps-0" in restarting["message"]
+    event = next(a for a in plan.actions if isinstance(a, EmitEvent))
+    assert event.reason == naming.REASON_REPLICA_RESTARTED and cause in event.message
+    assert world.status["replicaStatuses"]["ps"]["restarts"] == 0
+    world.set_deleting("j-ps-0", cause)  # still going: the same news is no new Event
+    assert world.plan().actions == ()
+    del world.pods["j-ps-0"]
+    plan = world.plan()
+    assert [a.name for a in plan.actions if isinstance(a, CreateChild)] == ["j-ps-0"]
+
+
+def test_a_pod_the_cluster_deletes_is_named_once_and_replaced() -> None:
+    world = running_world(runPolicy={"restartPolicy": "ExitCode"})
+    cause = "EvictionByEvictionAPI: Eviction API: evicting"
+    world.set("j-worker-1", deleting=True, disruption=cause)
+    plan = world.plan()
+    assert reasons(plan) == [naming.REASON_REPLICA_RESTARTED]
+    assert cause in world.condition("Restarting")["message"]
+    assert world.plan().actions == ()  # still going: nothing new to say or do
+    del world.pods["j-worker-1"]
+    plan = world.plan()
+    assert [a.name for a in plan.actions if isinstance(a, CreateChild)] == ["j-worker-1"]
+    world.run_all()
+    world.plan()
+    assert not world.is_true("Restarting") and not world.is_true("Failed")
+
+
+def test_a_chief_the_cluster_deletes_is_a_chief_restart() -> None:
+    world = running_world(chiefRestartPolicy="RestartJob")
+    world.set("j-chief-0", deleting=True, disruption="PreemptionByScheduler: preempted")
+    plan = world.plan()
+    assert world.status["chiefRestarts"] == 1
+    assert "PreemptionByScheduler" in world.status["lastCleanup"]["reason"]
+    assert counted(plan, JOB_RESTARTS) == 1
+    world.plan()
+    assert world.status["chiefRestarts"] == 1  # counted once
+
+
+def test_a_pod_stuck_terminating_is_force_deleted_and_replaced() -> None:
+    """#2072: a lost node never confirms a deletion; the replica must not wait forever."""
+    world = running_world()
+    due = world.now + timedelta(seconds=30)  # deletionTimestamp: the end of the grace period
+    world.set("j-worker-0", deleting=True, deletion_timestamp=due.isoformat())
+    plan = world.plan()
+    assert not [a for a in plan.actions if isinstance(a, DeletePod)]
+    assert plan.requeue_after == pytest.approx(30 + FORCE_DELETE_AFTER_SECONDS)
+    world.now = due + timedelta(seconds=FORCE_DELETE_AFTER_SECONDS)
+    plan = world.plan()
+    assert DeletePod("j-worker-0", grace_period_seconds=0) in plan.actions
+    assert naming.REASON_FORCE_DELETED in reasons(plan)
+    plan = world.plan()  # gone now: replaced
+    assert [a.name for a in plan.actions if isinstance(a, CreateChild)] == ["j-worker-0"]
+
+
+def test_a_failed_ps_under_never_fails_the_job_and_stops_the_rest() -> None:
+    """#881: a job never shows Running with a dead PS."""
+    world = running_world(runPolicy={"restartPolicy": "Never"})
+    world.set("j-ps-0", phase="Failed", exit_code=1)
+    world.plan()
+    assert world.status["phase"] == naming.PHASE_FAILED
+    assert not world.is_true("Running")
+    assert set(world.pods) == {"j-ps-0"}  # cleanPodPolicy Running: the others stopped
+
+
+def test_the_chiefs_success_ends_the_job_and_releases_every_ps() -> None:
+    """#774, #1059: the chief's exit 0 ends the job; parameter servers never linger."""
+    world = running_world(parameterServers=2)
+    world.set("j-worker-0", phase="Failed", exit_code=1)  # a worker's fate does not matter
+    world.set("j-chief-0", phase="Succeeded", exit_code=0)
+    world.plan()
+    assert world.status["phase"] == naming.PHASE_SUCCEEDED
+    assert not any(name.startswith("j-ps-") for name in world.pods)
+
+
+# --- gang scheduling ---------------------------------------------------------------------
+
+COSCHEDULING = {"schedulingPolicy": {"gangScheduler": "Coscheduling", "scheduleTimeoutSeconds": 90}}
+
+
+def test_the_pod_group_comes_first_and_goes_when_the_job_ends() -> None:
+    world = World(make_job(workers=3, replicasToAggregate=3, runPolicy=COSCHEDULING))
+    plan = world.plan()
+    first = plan.actions[0]
+    assert isinstance(first, CreateChild) and first.kind == "PodGroup"
+    assert first.body["apiVersion"] == naming.COSCHEDULING_API_VERSION
+    assert first.body["spec"] == {"minMember": 1 + 3, "scheduleTimeoutSeconds": 90}
+    pods = [a.body for a in plan.actions if isinstance(a, CreateChild) and a.kind == "Pod"]
+    for pod in pods:
+        assert pod["spec"]["schedulerName"] == naming.COSCHEDULING_SCHEDULER_NAME
+        assert pod["metadata"]["labels"][naming.COSCHEDULING_POD_GROUP_LABEL] == "j"
+    assert not [a for a in world.plan().actions if isinstance(a, CreateChild)]  # made once
+    world.run_all()
+    world.plan()
+    world.set("j-chief-0", phase="Succeeded", exit_code=0)
+    plan = world.plan()
+    assert DeletePodGroup("j", naming.COSCHEDULING_API_VERSION) in plan.actions
+    assert not [a for a in world.plan().actions if isinstance(a, DeletePodGroup)]
+
+
+def test_suspend_releases_the_pod_group_and_resume_makes_it_again() -> None:
+    world = running_world(runPolicy=COSCHEDULING)
+    world.job = make_job(runPolicy={**COSCHEDULING, "suspend": True})
+    world.plan()
+    assert world.pod_group is False
+    world.job = make_job(runPolicy=COSCHEDULING)
+    world.plan()
+    assert world.pod_group is True
+
+
+def test_a_missing_gang_scheduler_fails_the_job_naming_its_api() -> None:
+    world = World(make_job(runPolicy={"schedulingPolicy": {"gangScheduler": "Volcano"}}))
+    world.pod_group_api = False
+    plan = world.plan()
+    assert not [a for a in plan.actions if isinstance(a, CreateChild)]
+    failed = world.condition("Failed")
+    assert failed is not None and failed["reason"] == naming.REASON_GANG_SCHEDULER_MISSING
+    assert naming.VOLCANO_API_VERSION in failed["message"]
+    assert naming.REASON_GANG_SCHEDULER_MISSING in reasons(plan)
+
+
+def test_a_gang_scheduler_gone_after_the_pods_were_created_fails_nothing() -> None:
+    world = running_world(runPolicy=COSCHEDULING)
+    world.pod_group, world.pod_group_api = None, False  # operator restarted; API gone
+    plan = world.plan()
+    assert not world.is_true("Failed")
+    assert not [a for a in plan.actions if isinstance(a, CreateChild | DeletePodGroup)]
+
+
+def test_a_pod_deleted_by_someone_is_replaced_and_named() -> None:
+    """A plain delete (kubectl delete pod) leaves no cause on the pod: say what is known."""
+    world = running_world(runPolicy={"restartPolicy": "ExitCode", "backoffLimit": 0})
+    del world.pods["j-worker-0"]
+    plan = world.plan()
+    assert [a.name for a in plan.actions if isinstance(a, CreateChild)] == ["j-worker-0"]
+    assert "j-worker-0: deleted while the job ran" in world.condition("Restarting")["message"]
+    assert naming.REASON_REPLICA_RESTARTED in reasons(plan)
+    assert world.status["replicaStatuses"]["worker"]["restarts"] == 0
+    world.run_all()
+    world.plan()
+    assert not world.is_true("Restarting") and not world.is_true("Failed")

@@ -178,3 +178,38 @@ def test_is_stalled(
     running: bool, last: float | None, now: float, timeout: int, stalled: bool
 ) -> None:
     assert is_stalled(running, last, now, timeout) is stalled
+
+
+@pytest.mark.parametrize(
+    ("status", "disruption"),
+    [
+        ({"phase": "Failed", "reason": "Evicted", "message": "low on memory"},
+         "Evicted: low on memory"),
+        ({"phase": "Failed", "reason": "Preempting"}, "Preempting"),
+        ({"phase": "Failed", "reason": "Terminated", "message": "node shutdown\nmore"},
+         "Terminated: node shutdown"),
+        ({"phase": "Running", "conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+             "message": "preempted"}]}, "PreemptionByScheduler: preempted"),
+        ({"phase": "Running", "conditions": [
+            {"type": "DisruptionTarget", "status": "False", "reason": "PreemptionByScheduler"}]},
+         ""),
+        ({"phase": "Failed", "reason": "OOMKilled"}, ""),  # the replica's own failure
+        ({"phase": "Failed"}, ""),
+    ],
+)  # fmt: skip
+def test_disruptions_are_read_from_the_pod_status(
+    status: dict[str, Any], disruption: str
+) -> None:
+    raw = {
+        "metadata": {
+            "name": "j-ps-0",
+            "labels": {naming.LABEL_JOB_NAME: "j"},
+            "deletionTimestamp": "2026-01-01T00:00:30Z",
+        },
+        "status": status,
+    }
+    pod = observe_pod(raw)
+    assert pod is not None
+    assert pod.disruption == disruption
+    assert pod.deleting and pod.deletion_timestamp == "2026-01-01T00:00:30Z"

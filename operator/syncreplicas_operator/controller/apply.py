@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from ..core import naming
 from ..core.actions import (
     Action,
     CountMetric,
     CreateChild,
     DeleteJob,
     DeletePod,
+    DeletePodGroup,
     DeleteService,
     EmitEvent,
     PatchStatus,
@@ -29,7 +31,23 @@ class Api(Protocol):
 
     def create_many(self, namespace: str, bodies: list[Mapping[str, Any]]) -> int: ...
 
-    def delete_many(self, kind: str, namespace: str, names: list[str]) -> int: ...
+    def delete_many(
+        self,
+        kind: str,
+        namespace: str,
+        names: list[str],
+        grace_period_seconds: int | None = None,
+    ) -> int: ...
+
+    def delete(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        api_version: str = "",
+        grace_period_seconds: int | None = None,
+    ) -> bool: ...
 
     def post_event(
         self, namespace: str, job: Mapping[str, Any], event_type: str, reason: str, message: str
@@ -70,7 +88,11 @@ def apply_plan(
         elif isinstance(first, DeletePod):
             names = [a.name for a in batch if isinstance(a, DeletePod)]
             expectations.expect_deleted(names)
-            client.delete_many("Pod", namespace, names)
+            client.delete_many("Pod", namespace, names, first.grace_period_seconds)
+        elif isinstance(first, DeletePodGroup):
+            client.delete(
+                naming.POD_GROUP_KIND, namespace, first.name, api_version=first.api_version
+            )
         elif isinstance(first, DeleteService):
             names = [a.name for a in batch if isinstance(a, DeleteService)]
             client.delete_many("Service", namespace, names)
@@ -106,6 +128,9 @@ def _same_batch(first: Action, other: Action) -> bool:
     if isinstance(first, CreateChild) and isinstance(other, CreateChild):
         return first.kind == other.kind
     if isinstance(first, DeletePod) and isinstance(other, DeletePod):
-        # Same replica type: "<job>-<type>-<index>".
-        return first.name.rsplit("-", 2)[-2] == other.name.rsplit("-", 2)[-2]
+        # Same replica type ("<job>-<type>-<index>") and the same grace.
+        return (
+            first.name.rsplit("-", 2)[-2] == other.name.rsplit("-", 2)[-2]
+            and first.grace_period_seconds == other.grace_period_seconds
+        )
     return type(first) is type(other) and isinstance(first, DeleteService | EmitEvent | CountMetric)

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-from ..core import naming
-from ..core.actions import WARNING, CreateChild
+from ..core import manifests, naming
+from ..core.actions import WARNING, CreateChild, DeletePodGroup
 from ..core.planner import plan_job
 from ..core.spec import Job, SpecError, parse_job
 from ..core.status import ObservedPod, observe_pod
@@ -88,6 +88,9 @@ class JobState:
     # from a stale status would flip conditions (and write, and emit Events) twice.
     status: dict[str, Any] | None = None
     last_error: str = ""  # the last failed write reported as an Event (reported once)
+    # Whether this loop created (True) or deleted (False) the job's PodGroup; None until it
+    # did either (nothing watches PodGroups: their API may not even exist).
+    pod_group: bool | None = None
 
 
 STATES: dict[JobKey, JobState] = {}
@@ -178,7 +181,17 @@ async def reconcile(
         pods, services = await list_children(namespace, name, pods, services)
         state.listed = True
     observed = state.expectations.observe(name, pods, services, bool(indexes.policies.get(key)))
-    observed = replace(observed, global_step=await read_step(job, state, pods))
+    try:
+        pod_group_api = await served(job)
+    except k8s.ApiError as exc:
+        await report_write_failure(raw, state, exc)
+        return WRITE_RETRY_SECONDS
+    observed = replace(
+        observed,
+        global_step=await read_step(job, state, pods),
+        pod_group=state.pod_group,
+        pod_group_api=pod_group_api,
+    )
     now = datetime.now(UTC)
     # Planning a large job builds thousands of pod bodies: keep it off the event loop.
     plan = await asyncio.to_thread(
@@ -206,6 +219,11 @@ async def reconcile(
         return WRITE_RETRY_SECONDS
     state.status = plan.status
     state.last_error = ""
+    for action in plan.actions:
+        if isinstance(action, CreateChild) and action.kind == naming.POD_GROUP_KIND:
+            state.pod_group = True
+        elif isinstance(action, DeletePodGroup):
+            state.pod_group = False
     metrics().reconcile_seconds.observe(time.monotonic() - started)
     if gone:
         return None
@@ -234,6 +252,15 @@ async def list_children(
     return list(known.values()), services
 
 
+async def served(job: Job) -> bool:
+    """Whether the API serves the PodGroups the job's gang scheduler reads (True without
+    a scheduling policy: nothing to serve)."""
+    api_version = manifests.pod_group_api_version(job.spec)
+    if api_version is None:
+        return True
+    return await asyncio.to_thread(api().serves, api_version, naming.POD_GROUP_PLURAL)
+
+
 async def read_step(job: Job, state: JobState, pods: Iterable[ObservedPod]) -> int | None:
     """The chief's global step, at most once per scrape interval (None between reads)."""
     port = job.spec.metrics.port
@@ -254,6 +281,7 @@ async def report_write_failure(raw: Mapping[str, Any], state: JobState, exc: k8s
     """
     state.expectations.forget_created()
     state.status = None
+    state.pod_group = None
     meta = raw["metadata"]
     log.warning("%s/%s: %s", meta["namespace"], meta["name"], exc)
     message = str(exc)

@@ -42,7 +42,7 @@ class Expectations:
                 self.created[create.name] = expiry
             elif create.kind == "Service":
                 self.services[create.name] = expiry
-            else:
+            elif create.kind == "NetworkPolicy":
                 self.policy_created = expiry
 
     def expect_deleted(self, pods: Iterable[str]) -> None:

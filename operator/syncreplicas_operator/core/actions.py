@@ -39,11 +39,21 @@ class CreateChild:
 @dataclass(frozen=True)
 class DeletePod:
     name: str
+    # 0: remove the pod from the API at once (its kubelet is gone and will never confirm).
+    grace_period_seconds: int | None = None
 
 
 @dataclass(frozen=True)
 class DeleteService:
     name: str
+
+
+@dataclass(frozen=True)
+class DeletePodGroup:
+    """Delete the job's PodGroup (gang scheduling) of the API ``api_version``."""
+
+    name: str
+    api_version: str
 
 
 @dataclass(frozen=True)
@@ -77,4 +87,13 @@ class DeleteJob:
     reason: str
 
 
-Action = CreateChild | DeletePod | DeleteService | PatchStatus | EmitEvent | CountMetric | DeleteJob
+Action = (
+    CreateChild
+    | DeletePod
+    | DeleteService
+    | DeletePodGroup
+    | PatchStatus
+    | EmitEvent
+    | CountMetric
+    | DeleteJob
+)

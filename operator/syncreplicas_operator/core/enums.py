@@ -32,3 +32,10 @@ class ChiefRestartPolicy(StrEnum):
     RESTART_JOB = "RestartJob"
     FAIL = "Fail"
 
+
+
+class GangScheduler(StrEnum):
+    """``spec.runPolicy.schedulingPolicy.gangScheduler``: whose PodGroup the job gets."""
+
+    COSCHEDULING = "Coscheduling"  # scheduler-plugins, scheduling.x-k8s.io
+    VOLCANO = "Volcano"  # scheduling.volcano.sh

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from . import naming, tfconfig
-from .enums import ChiefRestartPolicy, RestartPolicy
+from .enums import ChiefRestartPolicy, GangScheduler, RestartPolicy
 from .spec import Job, JobSpec
 
 # The image the chart publishes; the operator passes its configured one (default_image=).
@@ -190,8 +190,18 @@ def _writable_dirs(pod_spec: Manifest, container: Manifest, paths: Mapping[str, 
             volumes.append({"name": volume, "emptyDir": {}})
 
 
-def _environment(job: Job, replica_type: str, index: int) -> list[Manifest]:
-    cluster = tfconfig.cluster_spec(job.spec, tfconfig.cluster_addresses(job.name, job.namespace))
+def job_cluster(job: Job) -> dict[str, list[str]]:
+    """The job's TF cluster spec on Kubernetes (every replica's Service address). Built
+    once per job and passed to :func:`build_pod`: rebuilding it per pod makes a job's
+    pods cost O(workers^2)."""
+    return tfconfig.cluster_spec(job.spec, tfconfig.cluster_addresses(job.name, job.namespace))
+
+
+def _environment(
+    job: Job, replica_type: str, index: int, cluster: Mapping[str, list[str]] | None
+) -> list[Manifest]:
+    if cluster is None:
+        cluster = job_cluster(job)
     values = tfconfig.replica_environment(
         job.name, job.namespace, job.spec, cluster, replica_type, index
     )
@@ -205,8 +215,10 @@ def build_pod(
     *,
     default_image: str = DEFAULT_IMAGE,
     annotations: Mapping[str, str] | None = None,
+    cluster: Mapping[str, list[str]] | None = None,
 ) -> Manifest:
-    """The Pod of one replica. ``annotations`` are added (e.g. a restart round)."""
+    """The Pod of one replica. ``annotations`` are added (e.g. a restart round);
+    ``cluster`` is :func:`job_cluster`'s result, when the caller builds many pods."""
     spec = job.spec
     if not 0 <= index < spec.replica_count(replica_type):
         raise ValueError(f"{replica_type} index {index} out of range for job {job.name}")
@@ -244,7 +256,7 @@ def build_pod(
         for p in container.get("ports") or []
         if p.get("name") not in own_port_names and p.get("containerPort") not in own_port_numbers
     ]
-    own_env = _environment(job, replica_type, index)
+    own_env = _environment(job, replica_type, index, cluster)
     own_env_names = {e["name"] for e in own_env}
     user_env = [e for e in container.get("env") or [] if e.get("name") not in own_env_names]
     container["env"] = user_env + own_env
@@ -264,7 +276,58 @@ def build_pod(
     _writable_dirs(pod_spec, container, writable)
     _secure_pod(pod_spec)
     pod_spec["restartPolicy"] = pod_restart_policy(spec, replica_type)
+    _join_pod_group(job, metadata, pod_spec)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def _join_pod_group(job: Job, metadata: Manifest, pod_spec: Manifest) -> None:
+    """Hand the pod to the gang scheduler and put it in the job's PodGroup."""
+    policy = job.spec.run_policy.scheduling_policy
+    if policy is None:
+        return
+    # The policy is explicit about its scheduler: it wins over a template's schedulerName.
+    pod_spec["schedulerName"] = policy.scheduler_name
+    group = naming.pod_group_name(job.name)
+    if policy.gang_scheduler == GangScheduler.COSCHEDULING:
+        metadata["labels"][naming.COSCHEDULING_POD_GROUP_LABEL] = group
+    else:
+        metadata.setdefault("annotations", {})[naming.VOLCANO_GROUP_ANNOTATION] = group
+
+
+def pod_group_api_version(spec: JobSpec) -> str | None:
+    """The PodGroup API the job's gang scheduler reads; None without a scheduling policy."""
+    policy = spec.run_policy.scheduling_policy
+    if policy is None:
+        return None
+    if policy.gang_scheduler == GangScheduler.COSCHEDULING:
+        return naming.COSCHEDULING_API_VERSION
+    return naming.VOLCANO_API_VERSION
+
+
+def pod_group_min_member(spec: JobSpec) -> int:
+    """Pods that must be placed together for the job to train at all: every PS, the chief
+    and the workers that make up min(replicasToAggregate, replicas) gradient replicas. A
+    replica beyond that is a backup: it may wait for room without holding the others."""
+    return spec.parameter_servers + min(spec.replicas_to_aggregate, spec.total_replicas)
+
+
+def build_pod_group(job: Job) -> Manifest:
+    """The job's PodGroup for its gang scheduler (the job must have a scheduling policy)."""
+    policy = job.spec.run_policy.scheduling_policy
+    api_version = pod_group_api_version(job.spec)
+    if policy is None or api_version is None:
+        raise ValueError(f"job {job.name} has no runPolicy.schedulingPolicy")
+    group_spec: Manifest = {"minMember": pod_group_min_member(job.spec)}
+    if policy.schedule_timeout_seconds is not None:
+        group_spec["scheduleTimeoutSeconds"] = policy.schedule_timeout_seconds
+    if policy.queue is not None:
+        group_spec["queue"] = policy.queue
+    return {
+        "apiVersion": api_version,
+        "kind": naming.POD_GROUP_KIND,
+        "metadata": _metadata(job, naming.pod_group_name(job.name), naming.job_labels(job.name)),
+        "spec": group_spec,
+    }
 
 
 def build_service(job: Job, replica_type: str, index: int) -> Manifest:
@@ -330,11 +393,18 @@ def build_network_policy(job: Job) -> Manifest:
 
 
 def build_children(job: Job, *, default_image: str = DEFAULT_IMAGE) -> list[Manifest]:
-    """Everything the job consists of, in creation order: the NetworkPolicy, then per
-    replica (PS, chief, workers) its Service before its Pod."""
-    children: list[Manifest] = [build_network_policy(job)]
+    """Everything the job consists of, in creation order: its PodGroup (with a scheduling
+    policy), the NetworkPolicy, then per replica (PS, chief, workers) its Service before
+    its Pod."""
+    children: list[Manifest] = []
+    if job.spec.run_policy.scheduling_policy is not None:
+        children.append(build_pod_group(job))
+    children.append(build_network_policy(job))
+    cluster = job_cluster(job)
     for replica_type, count in job.spec.replica_counts().items():
         for index in range(count):
             children.append(build_service(job, replica_type, index))
-            children.append(build_pod(job, replica_type, index, default_image=default_image))
+            children.append(
+                build_pod(job, replica_type, index, default_image=default_image, cluster=cluster)
+            )
     return children

@@ -44,6 +44,19 @@ ANNOTATION_JOB_GENERATION: Final = f"{GROUP}/job-generation"
 # How many times the chief had been restarted when a child was created (RestartJob rounds).
 ANNOTATION_RESTART_ROUND: Final = f"{GROUP}/restart-round"
 
+# --- gang scheduling: the PodGroup APIs of the schedulers the operator supports ---------
+
+POD_GROUP_KIND: Final = "PodGroup"
+POD_GROUP_PLURAL: Final = "podgroups"
+# scheduler-plugins' coscheduling plugin: a pod joins its group by label.
+COSCHEDULING_API_VERSION: Final = "scheduling.x-k8s.io/v1alpha1"
+COSCHEDULING_POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
+COSCHEDULING_SCHEDULER_NAME: Final = "scheduler-plugins-scheduler"
+# Volcano: a pod joins its group by annotation.
+VOLCANO_API_VERSION: Final = "scheduling.volcano.sh/v1beta1"
+VOLCANO_GROUP_ANNOTATION: Final = "scheduling.k8s.io/group-name"
+VOLCANO_SCHEDULER_NAME: Final = "volcano"
+
 # --- ports and container ------------------------------------------------------------------
 
 CONTAINER_NAME: Final = "syncreplicas"
@@ -132,6 +145,8 @@ REASON_STRAGGLER_CLEARED: Final = "StragglerCleared"
 REASON_STRAGGLER_EVICTED: Final = "StragglerEvicted"
 REASON_CLEANED_UP: Final = "CleanedUp"
 REASON_WRITE_FAILED: Final = "WriteFailed"
+REASON_GANG_SCHEDULER_MISSING: Final = "GangSchedulerMissing"
+REASON_FORCE_DELETED: Final = "ForceDeleted"
 
 # --- names --------------------------------------------------------------------------------
 
@@ -156,6 +171,11 @@ def replica_name(job: str, replica_type: str, index: int) -> str:
 def network_policy_name(job: str) -> str:
     """Name of the job's NetworkPolicy (one per job)."""
     return f"{job}-grpc"
+
+
+def pod_group_name(job: str) -> str:
+    """Name of the job's PodGroup (gang scheduling): the job's own name."""
+    return job
 
 
 def replica_address(job: str, namespace: str, replica_type: str, index: int) -> str:

@@ -12,7 +12,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from . import exitcodes, manifests, naming, recovery, straggler
 from .actions import (
@@ -28,6 +28,7 @@ from .actions import (
     CreateChild,
     DeleteJob,
     DeletePod,
+    DeletePodGroup,
     DeleteService,
     EmitEvent,
     PatchStatus,
@@ -71,6 +72,16 @@ class Observed:
     drop_fractions: Mapping[str, float] | None = None
     # Plan.seen_pods of the last pass (None: this operator process has planned no pass yet).
     seen_pods: Mapping[str, SeenPod] | None = None
+    # Whether the job's PodGroup exists (None: not known, e.g. after an operator restart;
+    # creating or deleting it again is harmless).
+    pod_group: bool | None = None
+    # Whether the API server serves the PodGroup API the job's gang scheduler reads.
+    pod_group_api: bool = True
+
+
+# A pod still terminating this long after its deletionTimestamp (the end of its grace
+# period) has a kubelet that will never confirm: its node is lost. It is deleted at once.
+FORCE_DELETE_AFTER_SECONDS: Final = 60.0
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,7 @@ class _Planner:
         self.actions: list[Action] = []
         self.requeue: list[float] = []
         self.pods = {p.name: p for p in observed.pods}
+        self.resumed = False
         self.recreations: dict[str, int] = {
             replica_type: int(count)
             for replica_type, count in (self.status.get("recreations") or {}).items()
@@ -169,6 +181,7 @@ class _Planner:
     # -- the pass ---------------------------------------------------------------------
 
     def run(self) -> Plan:
+        self.force_delete_stuck()
         if self.finished():
             self.after_finish()
         elif self.spec.run_policy.suspend:
@@ -212,6 +225,36 @@ class _Planner:
                 return
             self.requeue.append(remaining)
         self.clean_up_pods()
+        self.release_pod_group()
+
+    def release_pod_group(self) -> None:
+        """Delete the PodGroup of a job that runs no more (it may hold queue capacity)."""
+        api_version = manifests.pod_group_api_version(self.spec)
+        if api_version is None or self.observed.pod_group is False:
+            return
+        if self.observed.pod_group_api:
+            self.actions.append(DeletePodGroup(naming.pod_group_name(self.job.name), api_version))
+
+    def force_delete_stuck(self) -> None:
+        """Delete at once the pods whose kubelet never confirmed their deletion."""
+        forced: list[str] = []
+        for pod in sorted(self.observed.pods, key=lambda p: p.name):
+            due = parse_time(pod.deletion_timestamp) if pod.deleting else None
+            if due is None:
+                continue
+            overdue = (self.now - due).total_seconds()
+            if overdue < FORCE_DELETE_AFTER_SECONDS:
+                self.requeue.append(FORCE_DELETE_AFTER_SECONDS - overdue)
+                continue
+            self.actions.append(DeletePod(pod.name, grace_period_seconds=0))
+            forced.append(f"{pod.name} ({int(overdue)}s)")
+        if forced:
+            self.event(
+                WARNING,
+                naming.REASON_FORCE_DELETED,
+                "deleted with gracePeriodSeconds 0, still terminating past the end of their "
+                f"grace period (their node is likely lost): {', '.join(forced)}",
+            )
 
     def clean_up_pods(self) -> None:
         """Stop the pods ``cleanPodPolicy`` says must not outlive a finished job."""
@@ -247,6 +290,7 @@ class _Planner:
 
     def suspend(self) -> None:
         deleted = self.delete_pods(self.live_pods())
+        self.release_pod_group()
         if self.condition(
             naming.CONDITION_SUSPENDED, True, naming.REASON_SUSPENDED, "runPolicy.suspend is true"
         ):
@@ -268,10 +312,13 @@ class _Planner:
             naming.CONDITION_SUSPENDED, False, naming.REASON_RESUMED, "runPolicy.suspend is false"
         ):
             self.event(NORMAL, naming.REASON_RESUMED, "job resumed: creating its pods again")
+            self.resumed = True
 
     def reconcile(self) -> None:
         self.status.setdefault("startTime", self.timestamp)
         if self.deadline_exceeded():
+            return
+        if self.gang_scheduler_missing():
             return
         if self.handle_exits():
             return
@@ -296,6 +343,23 @@ class _Planner:
         )
         return True
 
+    def gang_scheduler_missing(self) -> bool:
+        """Fail a job whose gang scheduler is not installed (its pods would never schedule).
+
+        Only before its pods exist: pods a scheduler already placed run on without it."""
+        policy = self.spec.run_policy.scheduling_policy
+        created = condition_is_true(self.conditions, naming.CONDITION_CREATED)
+        if policy is None or self.observed.pod_group_api or created:
+            return False
+        self.fail(
+            naming.REASON_GANG_SCHEDULER_MISSING,
+            f"runPolicy.schedulingPolicy.gangScheduler is {policy.gang_scheduler}, but the API "
+            f"server does not serve {manifests.pod_group_api_version(self.spec)} "
+            f"{naming.POD_GROUP_PLURAL}: install the scheduler (or remove schedulingPolicy) "
+            "and create the job again",
+        )
+        return True
+
     def handle_exits(self) -> bool:
         """Apply decide_replica_exit to every pod that has stopped; True if the job ended."""
         policy = self.spec.run_policy
@@ -304,8 +368,13 @@ class _Planner:
             if not pod.finished or pod.exit_code is None:
                 continue
             spent = self.restarts_so_far()
-            decision = decide_replica_exit(policy, pod.replica_type, pod.exit_code, spent)
+            disrupted = bool(pod.disruption)
+            decision = decide_replica_exit(
+                policy, pod.replica_type, pod.exit_code, spent, disrupted=disrupted
+            )
             code = exitcodes.describe(pod.exit_code)
+            # A disrupted pod's code is the kill's (137, 143 or none): its cause says more.
+            why = _disrupted(pod) if disrupted else code
             if decision is ReplicaExitDecision.SUCCEED_JOB:
                 step = self.status.get("globalStep")
                 at = f" at global step {step}" if step is not None else ""
@@ -321,11 +390,14 @@ class _Planner:
             if decision is ReplicaExitDecision.RESTART:
                 self.delete_pods([pod])
                 self.failures.append(recovery.exit_failure(pod, pod.exit_code))
-                self.carry_restarts(pod.replica_type, 1)
-                restarted.append(f"{pod.name} ({code})")
+                if not disrupted:
+                    self.carry_restarts(pod.replica_type, 1)
+                restarted.append(f"{pod.name} ({why})")
                 if pod.replica_type == naming.CHIEF:
+                    # Counted here, not again when the deleted pod is seen going.
+                    self.status.pop("chief", None)
                     # The replacement is a new chief: count it once, here.
-                    self.chief_restarted(f"{pod.name} exited with {code} and is being replaced")
+                    self.chief_restarted(f"{pod.name} stopped ({why}) and is being replaced")
                     if self.finished():
                         return True
         # In-place restarts by the kubelet spend the same budget.
@@ -337,12 +409,23 @@ class _Planner:
                 f"({policy.backoff_limit})",
             )
             return True
+        acted = bool(restarted)
+        # Pods the cluster is deleting on purpose (preemption, eviction, taint): replaced
+        # once gone. Named here, as they go, because a vanished pod tells no cause.
+        restarted += [
+            f"{p.name} ({_disrupted(p)})"
+            for p in sorted(self.observed.pods, key=_creation_order)
+            if p.deleting and p.disruption and p.replica_type != naming.CHIEF
+        ]
         if restarted:
             message = "restarting " + ", ".join(restarted)
+            current = find_condition(self.conditions, naming.CONDITION_RESTARTING) or {}
+            news = current.get("status") != "True" or current.get("message") != message
             self.condition(
                 naming.CONDITION_RESTARTING, True, naming.REASON_REPLICA_RESTARTED, message
             )
-            self.event(WARNING, naming.REASON_REPLICA_RESTARTED, message)
+            if acted or news:
+                self.event(WARNING, naming.REASON_REPLICA_RESTARTED, message)
         return False
 
     def handle_chief_restart(self) -> bool:
@@ -353,6 +436,9 @@ class _Planner:
         if chief is None or chief.deleting:
             if previous and chief is None:
                 why = "the chief pod disappeared and is being replaced"
+            elif previous and chief is not None:
+                cause = f" ({chief.disruption})" if chief.disruption else ""
+                why = f"the chief pod is being deleted{cause} and will be replaced"
             self.status.pop("chief", None)
         else:
             if previous.get("uid") and chief.uid and previous["uid"] != chief.uid:
@@ -417,8 +503,12 @@ class _Planner:
             and p.phase == POD_RUNNING
             for i in range(counts[naming.PS])
         )
-        # NetworkPolicy first (no pod is ever reachable unprotected), then every Service
+        # The PodGroup first (the gang scheduler holds the pods until their group exists),
+        # the NetworkPolicy next (no pod is ever reachable unprotected), then every Service
         # (peers resolve each other while starting), then pods: PS, chief, workers.
+        gang = spec.run_policy.scheduling_policy is not None and self.observed.pod_group_api
+        if gang and self.observed.pod_group is not True:
+            self.actions.append(CreateChild(manifests.build_pod_group(job)))
         if not self.observed.network_policy:
             self.actions.append(CreateChild(manifests.build_network_policy(job)))
         created_services = 0
@@ -430,6 +520,18 @@ class _Planner:
                 self.actions.append(CreateChild(service_body))
                 created_services += 1
         created_pods = 0
+        # Pods of a job whose replicas all existed, gone without the operator restarting
+        # them (no restart, resume or RestartJob round explains it): deleted by someone.
+        was_created = condition_is_true(
+            self.old_status.get("conditions") or [], naming.CONDITION_CREATED
+        )
+        unexplained = was_created and not (
+            self.resumed
+            or restarting_job
+            or condition_is_true(self.conditions, naming.CONDITION_RESTARTING)
+        )
+        replaced: list[str] = []
+        cluster: dict[str, list[str]] | None = None
         for replica_type, count in counts.items():
             for index in range(count):
                 name = naming.replica_name(job.name, replica_type, index)
@@ -441,18 +543,29 @@ class _Planner:
                 if restarting_job and replica_type != naming.CHIEF:
                     restart_round = str(self.status["restartJob"].get("round", ""))
                     annotations[naming.ANNOTATION_RESTART_ROUND] = restart_round
+                if cluster is None:
+                    cluster = manifests.job_cluster(job)
                 pod = manifests.build_pod(
                     job,
                     replica_type,
                     index,
                     default_image=self.default_image,
                     annotations=annotations,
+                    cluster=cluster,
                 )
                 self.actions.append(CreateChild(pod))
                 self.pods[name] = ObservedPod(name=name, replica_type=replica_type, index=index)
                 created_pods += 1
+                if unexplained:
+                    replaced.append(name)
         if created_pods:
             self.actions.append(CountMetric(PODS_CREATED, created_pods))
+        if replaced:
+            message = f"replacing {', '.join(replaced)}: deleted while the job ran"
+            self.condition(
+                naming.CONDITION_RESTARTING, True, naming.REASON_REPLICA_RESTARTED, message
+            )
+            self.event(WARNING, naming.REASON_REPLICA_RESTARTED, message)
         # Children beyond the spec's counts (or of unknown types) go.
         extra = [p for p in self.live_pods() if p.index >= counts.get(p.replica_type, 0)]
         self.delete_pods(extra)
@@ -724,6 +837,10 @@ class _Planner:
             naming.CONDITION_STRAGGLER_DETECTED, False, naming.REASON_STRAGGLER_EVICTED, message
         )
         self.event(WARNING, naming.REASON_STRAGGLER_EVICTED, message)
+
+
+def _disrupted(pod: ObservedPod) -> str:
+    return f"{pod.disruption}; not counted against backoffLimit"
 
 
 def _creation_order(pod: ObservedPod) -> tuple[int, int]:

@@ -33,7 +33,12 @@ class RestartRules(Protocol):
 
 
 def decide_replica_exit(
-    run_policy: RestartRules, replica_type: str, exit_code: int, restarts: int
+    run_policy: RestartRules,
+    replica_type: str,
+    exit_code: int,
+    restarts: int,
+    *,
+    disrupted: bool = False,
 ) -> ReplicaExitDecision:
     """Decide what a replica's exit means.
 
@@ -50,6 +55,10 @@ def decide_replica_exit(
     - ``Never``, or the backoff budget spent: a PS or the chief is essential, so the job
       fails; a worker is a replica the job may lose (backups absorb it; the planner
       reports Degraded or Stalled from the count of replicas left).
+    - ``disrupted``: the cluster stopped the replica (eviction, preemption, node shutdown),
+      not its own failure. Under ``OnFailure`` and ``ExitCode`` it is restarted whatever
+      the budget (the caller does not count it against ``backoffLimit``); a non-retryable
+      code under ``ExitCode`` still fails the job, and ``Never`` restarts nothing.
     """
     if exit_code == exitcodes.OK:
         if replica_type == naming.CHIEF:
@@ -58,6 +67,8 @@ def decide_replica_exit(
     policy = run_policy.restart_policy
     if policy == RestartPolicy.EXIT_CODE and not exitcodes.is_retryable(exit_code):
         return ReplicaExitDecision.FAIL_JOB
+    if disrupted and policy != RestartPolicy.NEVER:
+        return ReplicaExitDecision.RESTART
     retry = (
         policy in (RestartPolicy.ON_FAILURE, RestartPolicy.EXIT_CODE)
         and restarts < run_policy.backoff_limit

@@ -52,6 +52,8 @@ class SeenPod:
 def exit_failure(pod: ObservedPod, code: int) -> Failure:
     """The failure of a pod the operator replaces after its container exited."""
     replica = naming.replica_key(pod.replica_type, pod.index)
+    if pod.disruption:
+        return Failure(replica, CAUSE_EVICTED, f"{pod.name} stopped by the cluster ({pod.disruption})")
     if code == -1:
         return Failure(replica, CAUSE_EVICTED, f"pod {pod.name} failed without an exit code")
     return Failure(replica, CAUSE_EXITED, f"{pod.name} exited with {exitcodes.describe(code)}")
@@ -80,7 +82,10 @@ def detect_failures(
     failures = []
     for name, before in sorted(seen.items()):
         pod = current.get(name)
-        if pod is None or pod.deleting:
+        if pod is not None and pod.deleting and pod.disruption:
+            detail = f"{name} stopped by the cluster ({pod.disruption})"
+            failures.append(Failure(before.replica, CAUSE_EVICTED, detail))
+        elif pod is None or pod.deleting:
             failures.append(Failure(before.replica, CAUSE_DELETED, f"pod {name} was deleted"))
         elif before.uid and pod.uid and pod.uid != before.uid:
             failures.append(Failure(before.replica, CAUSE_DELETED, f"pod {name} was replaced"))

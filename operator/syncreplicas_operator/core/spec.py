@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Any, Final, NamedTuple, TypeVar
 
 from . import naming
-from .enums import ChiefRestartPolicy, CleanPodPolicy, RestartPolicy
+from .enums import ChiefRestartPolicy, CleanPodPolicy, GangScheduler, RestartPolicy
 
 # --- allowed values and defaults (the CRD carries the same numbers) -----------------------
 
@@ -55,6 +55,12 @@ MAX_PORT: Final = 65535
 MAX_ENTRYPOINT_LENGTH: Final = 253
 MAX_PATH_LENGTH: Final = 1024
 MAX_IMAGE_LENGTH: Final = 1024
+# A scheduler's name and a Volcano queue's name are object names (DNS subdomains).
+MAX_NAME_LENGTH: Final = 253
+DEFAULT_SCHEDULER_NAMES: Final = {
+    GangScheduler.COSCHEDULING: naming.COSCHEDULING_SCHEDULER_NAME,
+    GangScheduler.VOLCANO: naming.VOLCANO_SCHEDULER_NAME,
+}
 
 
 class Problem(NamedTuple):
@@ -114,6 +120,19 @@ class StragglerPolicy:
 
 
 @dataclass(frozen=True)
+class SchedulingPolicy:
+    """``runPolicy.schedulingPolicy``: gang scheduling through a PodGroup."""
+
+    gang_scheduler: GangScheduler
+    # The pods' schedulerName (default: the gang scheduler's usual name).
+    scheduler_name: str
+    # Coscheduling only: how long the scheduler waits for the whole gang.
+    schedule_timeout_seconds: int | None = None
+    # Volcano only: the queue the PodGroup is admitted through.
+    queue: str | None = None
+
+
+@dataclass(frozen=True)
 class RunPolicy:
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
     backoff_limit: int = DEFAULT_BACKOFF_LIMIT
@@ -121,6 +140,7 @@ class RunPolicy:
     ttl_seconds_after_finished: int | None = None
     clean_pod_policy: CleanPodPolicy = CleanPodPolicy.RUNNING
     suspend: bool = False
+    scheduling_policy: SchedulingPolicy | None = None
     # None: stragglers are reported (StragglerDetected), never evicted.
     straggler_policy: StragglerPolicy | None = None
 
@@ -402,7 +422,14 @@ _RUN_POLICY_FIELDS: Final = (
     "ttlSecondsAfterFinished",
     "cleanPodPolicy",
     "suspend",
+    "schedulingPolicy",
     "stragglerPolicy",
+)
+_SCHEDULING_POLICY_FIELDS: Final = (
+    "gangScheduler",
+    "schedulerName",
+    "scheduleTimeoutSeconds",
+    "queue",
 )
 _STRAGGLER_POLICY_FIELDS: Final = ("evictAfterSeconds", "minDropFraction")
 _ROLE_FIELDS: Final = ("template",)
@@ -508,7 +535,47 @@ def _run_policy(c: _Checker, spec: Mapping[str, Any], path: str) -> RunPolicy:
             raw, "cleanPodPolicy", f"{path}.cleanPodPolicy", CleanPodPolicy.RUNNING
         ),
         suspend=c.boolean(raw, "suspend", f"{path}.suspend", default=False),
+        scheduling_policy=_scheduling_policy(c, raw, f"{path}.schedulingPolicy"),
         straggler_policy=_straggler_policy(c, raw, f"{path}.stragglerPolicy"),
+    )
+
+
+def _scheduling_policy(
+    c: _Checker, run_policy: Mapping[str, Any], path: str
+) -> SchedulingPolicy | None:
+    raw = c.mapping(run_policy, "schedulingPolicy", path)
+    if raw is None:
+        return None
+    c.unknown(raw, _SCHEDULING_POLICY_FIELDS, path)
+    name = c.string(raw, "gangScheduler", f"{path}.gangScheduler", required=True,
+                    enum=tuple(GangScheduler))  # fmt: skip
+    gang = GangScheduler(name) if name is not None else GangScheduler.COSCHEDULING
+    timeout = c.integer(
+        raw, "scheduleTimeoutSeconds", f"{path}.scheduleTimeoutSeconds", minimum=1
+    )
+    if timeout is not None and gang != GangScheduler.COSCHEDULING:
+        c.add(
+            f"{path}.scheduleTimeoutSeconds",
+            "applies to Coscheduling only (Volcano's PodGroup has no timeout)",
+        )
+    queue = c.string(
+        raw, "queue", f"{path}.queue", min_length=1, max_length=MAX_NAME_LENGTH
+    )
+    if queue is not None and gang != GangScheduler.VOLCANO:
+        c.add(f"{path}.queue", "applies to Volcano only")
+    scheduler_name = c.string(
+        raw,
+        "schedulerName",
+        f"{path}.schedulerName",
+        default=DEFAULT_SCHEDULER_NAMES[gang],
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+    )
+    return SchedulingPolicy(
+        gang_scheduler=gang,
+        scheduler_name=scheduler_name or DEFAULT_SCHEDULER_NAMES[gang],
+        schedule_timeout_seconds=timeout,
+        queue=queue,
     )
 
 

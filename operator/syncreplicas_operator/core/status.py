@@ -21,6 +21,13 @@ POD_SUCCEEDED = "Succeeded"
 POD_FAILED = "Failed"
 POD_UNKNOWN = "Unknown"
 
+# Pod status reasons the kubelet gives a pod it stopped for the node's sake, not the
+# container's: node-pressure eviction, a critical pod's admission, graceful node shutdown.
+DISRUPTION_REASONS = ("Evicted", "Preempting", "Terminated", "NodeLost")
+# The pod condition Kubernetes adds before it deletes a pod on purpose (preemption, API
+# eviction, taint eviction, pod GC, kubelet termination).
+CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
+
 
 @dataclass(frozen=True)
 class ObservedPod:
@@ -40,6 +47,11 @@ class ObservedPod:
     ready: bool = False
     deleting: bool = False
     pod_ip: str = ""
+    # Why the cluster stopped this pod, when it says so (eviction, preemption, node
+    # shutdown): such an exit is not the replica's failure. "" when it was not disrupted.
+    disruption: str = ""
+    # metadata.deletionTimestamp: when a pod being deleted should be gone ("" if not).
+    deletion_timestamp: str = ""
 
     @property
     def active(self) -> bool:
@@ -56,6 +68,27 @@ def _main_container(statuses: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
         if container_status.get("name") == naming.CONTAINER_NAME:
             return container_status
     return statuses[0] if statuses else {}
+
+
+def disruption_of(pod_status: Mapping[str, Any]) -> str:
+    """The cluster's own reason for stopping a pod, from its status; "" if none.
+
+    A ``DisruptionTarget`` condition (preemption, API-initiated eviction, taint eviction,
+    kubelet termination) or a pod reason such as ``Evicted``: "<reason>: <message>".
+    """
+    for cond in pod_status.get("conditions") or []:
+        if cond.get("type") == CONDITION_DISRUPTION_TARGET and cond.get("status") == "True":
+            return _say(str(cond.get("reason") or CONDITION_DISRUPTION_TARGET), cond.get("message"))
+    reason = str(pod_status.get("reason") or "")
+    if reason in DISRUPTION_REASONS:
+        return _say(reason, pod_status.get("message"))
+    return ""
+
+
+def _say(reason: str, message: object) -> str:
+    text = f"{reason}: {message}" if message else reason
+    # Condition messages and Events are for people: the first line, bounded.
+    return text.splitlines()[0][:200] if text else reason
 
 
 def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
@@ -103,6 +136,8 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
         ready=bool(main.get("ready")) and phase == POD_RUNNING,
         deleting=bool(meta.get("deletionTimestamp")),
         pod_ip=str(pod_status.get("podIP") or ""),
+        disruption=disruption_of(pod_status),
+        deletion_timestamp=str(meta.get("deletionTimestamp") or ""),
     )
 
 

@@ -61,8 +61,14 @@ def tf_config(
     size = len(cluster.get(replica_type, ()))
     if not 0 <= index < size:
         raise ValueError(f"{replica_type} index {index} out of range (the cluster has {size})")
-    told: dict[str, Any] = {t: list(addresses) for t, addresses in cluster.items()}
-    if replica_type != naming.PS and naming.WORKER in cluster:
+    sparse = replica_type != naming.PS
+    # Copy only what is told: a chief's or worker's TF_CONFIG costs the same at any W.
+    told: dict[str, Any] = {
+        t: list(addresses)
+        for t, addresses in cluster.items()
+        if not (sparse and t == naming.WORKER)
+    }
+    if sparse and naming.WORKER in cluster:
         own = replica_type == naming.WORKER
         told[naming.WORKER] = {str(index): cluster[naming.WORKER][index]} if own else {}
     return {"cluster": told, "task": {"type": replica_type, "index": index}}

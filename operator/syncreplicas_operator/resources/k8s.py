@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,11 @@ _PATHS: dict[str, tuple[str, str]] = {
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     naming.KIND: (f"/apis/{naming.API_VERSION}", naming.PLURAL),
 }
+# Kinds whose API group varies (the same kind from different schedulers).
+_BY_API_VERSION: frozenset[str] = frozenset({naming.POD_GROUP_KIND})
+_PLURALS: dict[str, str] = {naming.POD_GROUP_KIND: naming.POD_GROUP_PLURAL}
+# How long an answer of API discovery is trusted (a scheduler may be installed later).
+DISCOVERY_SECONDS = 60.0
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -59,7 +65,12 @@ def load_api_client(connections: int = 32) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-def collection_path(kind: str, namespace: str) -> str:
+def collection_path(kind: str, namespace: str, api_version: str = "") -> str:
+    """The namespaced collection of ``kind`` (``api_version`` for kinds of several groups)."""
+    if kind in _BY_API_VERSION:
+        if not api_version:
+            raise ValueError(f"a {kind} needs its apiVersion")
+        return f"/apis/{api_version}/namespaces/{namespace}/{_PLURALS[kind]}"
     prefix, plural = _PATHS[kind]
     return f"{prefix}/namespaces/{namespace}/{plural}"
 
@@ -77,6 +88,7 @@ class Api:
         self.pool = ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="k8s")
         self.requests = 0
         self._lock = threading.Lock()
+        self._discovered: dict[tuple[str, str], tuple[bool, float]] = {}
 
     def _call(
         self,
@@ -108,20 +120,51 @@ class Api:
 
     def create(self, namespace: str, body: Mapping[str, Any]) -> bool:
         """Create ``body`` (its ``kind`` picks the endpoint); False if it already existed."""
-        status, _ = self._call(
-            "POST", collection_path(str(body["kind"]), namespace), dict(body), ok=(409,)
-        )
+        path = collection_path(str(body["kind"]), namespace, str(body.get("apiVersion", "")))
+        status, _ = self._call("POST", path, dict(body), ok=(409,))
         return status != 409
 
-    def delete(self, kind: str, namespace: str, name: str) -> bool:
-        """Delete one object (dependents by the garbage collector); False if already gone."""
+    def delete(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        api_version: str = "",
+        grace_period_seconds: int | None = None,
+    ) -> bool:
+        """Delete one object (dependents by the garbage collector); False if already gone.
+
+        ``grace_period_seconds=0`` removes a pod from the API without waiting for its
+        kubelet (a lost node's pods)."""
+        options: dict[str, Any] = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": "Background",
+        }
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
         status, _ = self._call(
             "DELETE",
-            f"{collection_path(kind, namespace)}/{name}",
-            {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+            f"{collection_path(kind, namespace, api_version)}/{name}",
+            options,
             ok=(404,),
         )
         return status != 404
+
+    def serves(self, api_version: str, plural: str) -> bool:
+        """Whether the API server serves ``plural`` in ``api_version`` (API discovery;
+        answers are kept for DISCOVERY_SECONDS). An error other than 404 raises ApiError:
+        an unreachable server is no proof that an API is missing."""
+        key = (api_version, plural)
+        known = self._discovered.get(key)
+        if known is not None and time.monotonic() < known[1]:
+            return known[0]
+        status, body = self._call("GET", f"/apis/{api_version}", ok=(404,))
+        names = {str(r.get("name")) for r in (body or {}).get("resources") or []}
+        served = status != 404 and plural in names
+        self._discovered[key] = (served, time.monotonic() + DISCOVERY_SECONDS)
+        return served
 
     def create_many(self, namespace: str, bodies: list[Mapping[str, Any]]) -> int:
         """Create in parallel (bounded); returns how many were new."""
@@ -129,11 +172,21 @@ class Api:
             return sum(self.create(namespace, b) for b in bodies)
         return sum(self.pool.map(lambda b: self.create(namespace, b), bodies))
 
-    def delete_many(self, kind: str, namespace: str, names: list[str]) -> int:
+    def delete_many(
+        self,
+        kind: str,
+        namespace: str,
+        names: list[str],
+        grace_period_seconds: int | None = None,
+    ) -> int:
         """Delete in parallel (bounded); returns how many still existed."""
+
+        def one(name: str) -> bool:
+            return self.delete(kind, namespace, name, grace_period_seconds=grace_period_seconds)
+
         if len(names) <= 1:
-            return sum(self.delete(kind, namespace, n) for n in names)
-        return sum(self.pool.map(lambda n: self.delete(kind, namespace, n), names))
+            return sum(one(n) for n in names)
+        return sum(self.pool.map(one, names))
 
     def list_children(self, kind: str, namespace: str, job: str) -> list[dict[str, Any]]:
         """The job's children of one kind (by label; filtered again here, so a server that
