@@ -53,7 +53,8 @@ def exit_failure(pod: ObservedPod, code: int) -> Failure:
     """The failure of a pod the operator replaces after its container exited."""
     replica = naming.replica_key(pod.replica_type, pod.index)
     if pod.disruption:
-        return Failure(replica, CAUSE_EVICTED, f"{pod.name} stopped by the cluster ({pod.disruption})")
+        detail = f"{pod.name} stopped by the cluster ({pod.disruption})"
+        return Failure(replica, CAUSE_EVICTED, detail)
     if code == -1:
         return Failure(replica, CAUSE_EVICTED, f"pod {pod.name} failed without an exit code")
     return Failure(replica, CAUSE_EXITED, f"{pod.name} exited with {exitcodes.describe(code)}")
