@@ -124,6 +124,10 @@ class RuntimeMetrics:
         self.live_replicas = KnownGauge(
             "syncreplicas_live_replicas",
             "Replicas (chief and workers) that pushed gradients recently", r)
+        # What R is lowered from: alerts compare the two without a copy of the spec.
+        self.spec_replicas_to_aggregate = Gauge(
+            "syncreplicas_spec_replicas_to_aggregate",
+            "R the job asks for (replicasToAggregate)", registry=r)
 
 
 class _State:

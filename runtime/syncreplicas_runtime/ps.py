@@ -31,6 +31,7 @@ def run_ps(ctx: Context) -> int:
     ctx.log(f"serving on {cfg.address}")
     if cfg.index == 0:
         ctx.metrics.add_coordinator()
+        ctx.metrics.spec_replicas_to_aggregate.set(cfg.replicas_to_aggregate)
         threading.Thread(target=serve_sync_epochs, args=(ctx,), name="sync-epochs",
                          daemon=True).start()
     sess.run(wait_done)
