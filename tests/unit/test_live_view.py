@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import http.server
 import io
+import threading
 
 import pytest
 from rich.console import Console
 from syncreplicas_operator.core import metricnames
-from syncreplicas_operator.local.scrape import Sample
+from syncreplicas_operator.local.scrape import MetricsScraper, Sample
 from syncreplicas_operator.local.view import (
     ReplicaState,
     ViewModel,
@@ -87,3 +89,34 @@ def test_nothing_read_yet_renders_dashes_and_phases() -> None:
     assert "importing" in rows["worker-0"]
     # no local step, staleness or dropped count for a replica that has reported none
     assert rows["worker-0"].split()[-5:-2] == ["-", "-", "-"]
+
+
+def test_a_replica_that_stops_answering_keeps_its_values_marked_not_live() -> None:
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"# TYPE syncreplicas_replica_phase gauge\nsyncreplicas_replica_phase 4.0\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    scraper = MetricsScraper({"worker-0": url}, timeout=2.0)
+    try:
+        scraper.scrape_once()
+        first = scraper.latest()["worker-0"]
+        assert first.live and first.values[PHASE] == 4.0
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    scraper.scrape_once()  # nobody answers now (a restarted process still importing)
+    after = scraper.latest()["worker-0"]
+    assert not after.live and after.values == first.values
+    assert replica_phase(RUNNING, after) == "importing"
