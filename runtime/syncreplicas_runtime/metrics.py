@@ -125,9 +125,9 @@ class RuntimeMetrics:
             "syncreplicas_live_replicas",
             "Replicas (chief and workers) that pushed gradients recently", r)
         # What R is lowered from: alerts compare the two without a copy of the spec.
-        self.spec_replicas_to_aggregate = Gauge(
+        self.spec_replicas_to_aggregate = KnownGauge(
             "syncreplicas_spec_replicas_to_aggregate",
-            "R the job asks for (replicasToAggregate)", registry=r)
+            "R the job asks for (replicasToAggregate)", r)
 
 
 class _State:
