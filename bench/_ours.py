@@ -31,6 +31,16 @@ FIRST_RE = re.compile(
     r"syncreplicas (\S+): first step done at unix time ([\d.]+) \(global step (\d+)\)"
 )
 DELAY_ENV = "SYNCREPLICAS_DEBUG_STEP_DELAY_MS"
+# The chief's line when it joins a sync epoch it reset or found: how, and the global step.
+EPOCH_RE = re.compile(r"syncreplicas chief-0: sync epoch [0-9a-f]+: variables (\w+)[^,]*, "
+                      r"global step (\d+)")
+
+
+@dataclass(frozen=True)
+class EpochEvent:
+    t: float  # when the harness read the line
+    how: str  # kept | restored | initialized
+    global_step: int
 
 
 def job(
@@ -42,6 +52,8 @@ def job(
     checkpoint_every_steps: int = 100,
     batch_size: int = 32,
     chief_lost_timeout: float = 120.0,
+    min_replicas_to_aggregate: int | None = None,
+    snapshot_every_steps: int | None = None,
 ) -> dict[str, Any]:
     training: dict[str, Any] = {
         "optimizer": "sgd",
@@ -54,7 +66,12 @@ def job(
     }
     if checkpoint_dir:
         training["checkpointDir"] = checkpoint_dir
+    if snapshot_every_steps is not None:
+        training["snapshotEverySteps"] = snapshot_every_steps
+    extra = {} if min_replicas_to_aggregate is None else {
+        "minReplicasToAggregate": min_replicas_to_aggregate}
     return {
+        **extra,
         "replicasToAggregate": replicas_to_aggregate,
         "workers": 0,  # the launcher writes the shape
         "parameterServers": 1,
@@ -83,6 +100,7 @@ class OursRun:
     cluster: tfcluster.LocalCluster
     t_launch: float
     tails: dict[tuple[str, int], obs.LogTail] = field(default_factory=dict)
+    epochs: list[EpochEvent] = field(default_factory=list)  # the chief's, filled by events()
 
     def __enter__(self) -> OursRun:
         return self
@@ -101,8 +119,17 @@ class OursRun:
         out: list[obs.StepEvent] = []
         for r in self.cluster.replicas:
             tail = self.tails.setdefault(r.key, obs.LogTail(r.log_path))
-            out.extend(step_events(tail.new_lines(), now))
+            lines = tail.new_lines()
+            out.extend(step_events(lines, now))
+            if r.role == "chief":
+                self.epochs.extend(EpochEvent(now, m[1], int(m[2]))
+                                   for m in map(EPOCH_RE.search, lines) if m)
         return out
+
+    def gauge(self, role: str, index: int, name: str) -> float | None:
+        """One metric of one replica now (None when it cannot be scraped or has no sample)."""
+        text = self.cluster.try_metrics_text(role, index)
+        return tfcluster.metric_value(text, name) if text else None
 
     def pids(self) -> list[int]:
         return [r.pid for r in self.cluster.replicas if r.pid is not None]
@@ -134,6 +161,9 @@ def start(
     slow_ms: Mapping[tuple[str, int], float] | None = None,
     checkpoint_dir: str = "",
     checkpoint_every_steps: int = 100,
+    ps: int = 1,
+    min_replicas_to_aggregate: int | None = None,
+    snapshot_every_steps: int | None = None,
 ) -> OursRun:
     spec = job(
         replicas_to_aggregate,
@@ -141,13 +171,15 @@ def start(
         metrics=metrics,
         checkpoint_dir=checkpoint_dir,
         checkpoint_every_steps=checkpoint_every_steps,
+        min_replicas_to_aggregate=min_replicas_to_aggregate,
+        snapshot_every_steps=snapshot_every_steps,
     )
     extra = {task: {DELAY_ENV: f"{ms:g}"} for task, ms in (slow_ms or {}).items()}
     t_launch = time.time()
     cluster = tfcluster.start_cluster(
         spec,
         workers=workers,
-        ps=1,
+        ps=ps,
         workdir=workdir,
         env={"SYNCREPLICAS_METRICS_PORT": "0"} if not metrics else None,
         extra_env_per_replica=extra,

@@ -1,20 +1,35 @@
-"""Benchmark: chief SIGKILL -> next global step, and steps lost, ours vs stock TensorFlow.
+"""Benchmark: what one failure costs, per kind (chief, worker, PS), and what snapshots cost.
 
-One cluster per system (1 PS, chief + 2 workers, R = 3, checkpoints every 20 steps; stock
-also once without checkpoints, fewer kills), then
-``--kills`` times: train for a random while (fixed seed), SIGKILL the chief, start it again
-at once with the same TF_CONFIG, and wait for the global step to move again. The harness
-acts as a supervisor would (restartPolicy OnFailure): a replica that exits non-zero is
-started again; one that exits 0 stays gone, as on Kubernetes.
+One cluster per scenario (linear model, R = 3, checkpoints every 100 steps, seed 7):
 
-Per kill: recovery = kill -> first global step after the new chief's server is up (the
-restarted chief's import of TensorFlow is part of it, and is also shown alone); steps lost
-= the global step before the kill minus the step training resumed from. What else happened
-(global step back to 0, a chief that crashed on start, workers that exited, no progress at
-all) is counted and printed beside it. Not a test.
+- chief kill with one backup replica (chief + 3 workers);
+- worker kill with minReplicasToAggregate = R - 1 (chief + 2 workers);
+- PS kill (2 PS, a seeded one of them) with snapshots every 10 steps, and the same with
+  snapshots off (snapshotEverySteps 0: today's rollback to the last checkpoint);
+- stock TensorFlow's chief kill with one backup, for comparison (checkpoints every 100).
 
-    .venv/bin/python bench/recovery.py              # 20 kills per system
-    .venv/bin/python bench/recovery.py --kills 5    # quick
+Each scenario: ``--kills`` times, train for a random while (longer than the window), SIGKILL
+the replica, start it again at once with the same TF_CONFIG, and watch until it is back. The
+harness acts as a supervisor would (restartPolicy OnFailure): a replica that exits non-zero
+is started again; one that exits 0 stays gone, as on Kubernetes. Per kill:
+
+- rate after / before: global steps made in the ``--window`` seconds (10) after the kill
+  divided by the global steps/s in the window before it (a restarted TensorFlow process
+  imports for 5-60 s, so a replica the updates wait for is gone for that long);
+- steps lost: global step seen before the kill minus the step training resumed from (the
+  chief's "variables kept/restored ..., global step N" line for ours);
+- first step: kill -> first global step above the step training resumed from;
+- full R: kill -> PS 0's ``syncreplicas_replicas_to_aggregate`` back at R after it was lower
+  or unreadable (0: it never was; a lost PS stops updates rather than lowering R);
+- all back: kill -> ``syncreplicas_live_replicas`` back at every replica.
+
+Then the steady-state cost of snapshots: global steps/s with snapshotEverySteps 10 vs 0
+(1 PS, chief + 2 workers, R = 3), clusters started alternately, medians of
+``--cost-repeats``. Not a test.
+
+    .venv/bin/python bench/recovery.py              # 10 kills per scenario, 3 cost repeats
+    .venv/bin/python bench/recovery.py --quick      # 2 kills, 5 s windows, 1 cost repeat
+    .venv/bin/python bench/recovery.py --only ps    # one scenario (see --help)
 """
 
 from __future__ import annotations
@@ -28,6 +43,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,42 +55,98 @@ import _cluster
 import _observe as obs
 import _ours
 
-CHIEF = ("chief", 0)
-STOCK_NO_CKPT = "stock, no checkpoints"
-SYSTEMS = ["ours", "stock", STOCK_NO_CKPT]
+CKPT_EVERY = 100
+SNAPSHOT_EVERY = 10
+R = 3
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    name: str
+    kind: str  # chief | worker | ps
+    workers: int
+    ps: int = 1
+    min_r: int | None = None
+    snapshot_every: int | None = None  # None: the runtime's default
+    system: str = "ours"  # ours | stock
+    target: str = ""
+    met: Callable[[list[Kill]], bool] | None = None
 
 
 @dataclass
 class Kill:
+    replica: str
     g_before: int
-    chief_up_s: float | None = None
-    recovery_s: float | None = None
-    g_resume: int | None = None
+    rate_before: float | None = None
+    rate_after: float | None = None
+    lost: int | None = None
+    first_step_s: float | None = None
+    full_r_s: float | None = None
+    back_s: float | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
-    def lost(self) -> int | None:
-        return None if self.g_resume is None else max(0, self.g_before - self.g_resume)
+    def ratio(self) -> float | None:
+        return obs.ratio(self.rate_after, self.rate_before)
 
 
 @dataclass
 class Series:
-    system: str
+    scenario: Scenario
     startup_note: str = ""
     kills: list[Kill] = field(default_factory=list)
     events: Counter[str] = field(default_factory=Counter)
 
 
-class Supervisor:
-    """Reads step events and restarts replicas that exit non-zero (not those that exit 0)."""
+def _ratios(kills: list[Kill]) -> list[float]:
+    return [k.ratio for k in kills if k.ratio is not None]
 
-    def __init__(self, run: Any, series: Series, restart: Any) -> None:
-        self.run, self.series, self.restart = run, series, restart
+
+def _lost(kills: list[Kill]) -> list[int]:
+    return [k.lost for k in kills if k.lost is not None]
+
+
+def _median_ratio_at_least(x: float) -> Callable[[list[Kill]], bool]:
+    return lambda ks: bool(_ratios(ks)) and (obs.median(_ratios(ks)) or 0) >= x
+
+
+SCENARIOS = [
+    Scenario("chief", "chief kill, 1 backup", "chief", workers=3,
+             target=">= 0.7x, 0 steps lost",
+             met=lambda ks: _median_ratio_at_least(0.7)(ks) and max(_lost(ks), default=1) == 0),
+    Scenario("worker", "worker kill, min R = R-1", "worker", workers=2, min_r=R - 1,
+             target=">= 0.7x", met=_median_ratio_at_least(0.7)),
+    Scenario("ps", f"PS kill, snapshots every {SNAPSHOT_EVERY}", "ps", workers=2, ps=2,
+             snapshot_every=SNAPSHOT_EVERY, target=f"steps lost <= {SNAPSHOT_EVERY}",
+             met=lambda ks: bool(_lost(ks)) and max(_lost(ks)) <= SNAPSHOT_EVERY),
+    Scenario("ps-no-snapshots", "PS kill, no snapshots", "ps", workers=2, ps=2,
+             snapshot_every=0, target=f"- (rollback to the checkpoint, every {CKPT_EVERY})"),
+    Scenario("stock", "stock: chief kill, 1 backup", "chief", workers=3, system="stock",
+             target="- (comparison)"),
+]
+KEYS = [s.key for s in SCENARIOS]
+
+
+class Supervisor:
+    """Reads step events, samples PS 0's R and live replicas (ours), and restarts replicas
+    that exit non-zero (not those that exit 0)."""
+
+    def __init__(self, run: Any, series: Series, restart: Any, ours: bool) -> None:
+        self.run, self.series, self.restart, self.ours = run, series, restart, ours
         self.seen: list[obs.StepEvent] = []
+        self.gauges: list[tuple[float, tuple[float, float] | None]] = []
         self.gone: set[tuple[str, int]] = set()
+        self.next_sample = 0.0
 
     def tick(self) -> None:
         self.seen.extend(self.run.events())
+        now = time.time()
+        if self.ours and now >= self.next_sample:
+            self.next_sample = now + 0.2
+            r = self.run.gauge("ps", 0, "syncreplicas_replicas_to_aggregate")
+            live = self.run.gauge("ps", 0, "syncreplicas_live_replicas")
+            self.gauges.append((now, None if r is None or live is None else (r, live)))
         for task, code in self.run.poll().items():
             if code is None or task in self.gone:
                 continue
@@ -94,7 +166,11 @@ class Supervisor:
 
     def last_step(self, before: float) -> int | None:
         prior = [e for e in self.seen if e.t <= before]
-        return max(prior, key=lambda e: e.t).global_step if prior else None
+        return max(e.global_step for e in prior) if prior else None
+
+    def full(self, total: int) -> bool:
+        last = self.gauges[-1][1] if self.gauges else None
+        return last is not None and last[0] >= R and last[1] >= total
 
 
 def resume_point(events: list[obs.StepEvent], t_from: float) -> tuple[obs.StepEvent, int] | None:
@@ -112,92 +188,146 @@ def resume_point(events: list[obs.StepEvent], t_from: float) -> tuple[obs.StepEv
     return None
 
 
-def one_kill(sup: Supervisor, run: Any, opts: argparse.Namespace, chief_addr: str) -> Kill:
+def back_after(samples: list[tuple[float, Any]], t_kill: float,
+               ok: Callable[[Any], bool]) -> float | None:
+    """Seconds from the kill to the first good sample after the last bad one (0: none bad)."""
+    after = [(t, v) for t, v in samples if t >= t_kill]
+    bad = [t for t, v in after if not ok(v)]
+    if not bad:
+        return 0.0
+    good = [t for t, v in after if t > bad[-1] and ok(v)]
+    return good[0] - t_kill if good else None
+
+
+def trained_since_epoch(sup: Supervisor, epochs: list[Any]) -> bool:
+    """A global step above the first epoch line's, read after it."""
+    return bool(epochs) and any(e.t >= epochs[0].t and e.global_step > epochs[0].global_step
+                                for e in sup.seen)
+
+
+def pick(sc: Scenario, rng: random.Random) -> tuple[str, int]:
+    if sc.kind == "chief":
+        return ("chief", 0)
+    if sc.kind == "worker":
+        return ("worker", rng.randrange(sc.workers))
+    return ("ps", rng.randrange(sc.ps))
+
+
+def one_kill(sup: Supervisor, run: Any, sc: Scenario, opts: argparse.Namespace,
+             task: tuple[str, int], address: str) -> Kill:
+    total = 1 + sc.workers
     t_kill = time.time()
     g_before = sup.last_step(t_kill)
-    kill = Kill(g_before=g_before if g_before is not None else -1)
-    run.kill(CHIEF, signal.SIGKILL)
-    run.restart(CHIEF)
+    kill = Kill(f"{task[0]}-{task[1]}", g_before if g_before is not None else -1)
+    kill.rate_before = obs.rate(sup.seen, t_kill - opts.window, t_kill)
+    epochs_before = len(run.epochs) if sc.system == "ours" else 0
+    run.kill(task, signal.SIGKILL)
+    run.restart(task)
     t_up = None
     deadline = t_kill + opts.recovery_timeout
     while time.time() < deadline:
         sup.sleep(0.05)
-        if t_up is None and _cluster.port_open(chief_addr):
+        if t_up is None and _cluster.port_open(address):
             t_up = time.time()
-            kill.chief_up_s = t_up - t_kill
-            # What replicas logged until the new chief was up still belongs to before.
-            last = sup.last_step(t_up)
-            kill.g_before = max(kill.g_before, last if last is not None else -1)
-        if t_up is not None:
-            found = resume_point(sup.seen, t_up)
-            if found:
-                event, resumed = found
-                kill.recovery_s = event.t - t_kill
-                kill.g_resume = resumed
-                if resumed == 0 and kill.g_before > 0:
-                    kill.notes.append("global step back to 0")
-                return kill
-    kill.notes.append(f"no global step within {opts.recovery_timeout:.0f} s")
+        if time.time() < t_kill + opts.window or t_up is None:
+            continue
+        if sc.system == "stock":
+            if resume_point(sup.seen, t_up):
+                break
+        elif sup.full(total) and (sc.kind == "worker" or trained_since_epoch(
+                sup, run.epochs[epochs_before:])):
+            break  # the replica is back (and training went on from the chief's epoch line)
+    else:
+        kill.notes.append(f"not back within {opts.recovery_timeout:.0f} s")
+    # Where training resumed from: for ours the chief's epoch line after a PS loss or its
+    # own restart; otherwise the first step above the one before it.
+    base_t, base_step = t_kill, kill.g_before
+    epoch = run.epochs[epochs_before] if sc.system == "ours" and \
+        len(run.epochs) > epochs_before else None
+    if epoch is not None:
+        kill.lost = max(0, kill.g_before - epoch.global_step)
+        if sc.kind == "ps":
+            base_t, base_step = epoch.t, epoch.global_step
+            if epoch.global_step == 0 and kill.g_before > 0:
+                kill.notes.append("global step back to 0")
+    elif sc.system == "ours":
+        # No epoch line: nothing was kept, restored or initialized, so nothing rolled back
+        # unless the global step never got past the one before the kill.
+        later = [e.global_step for e in sup.seen if e.t > t_kill]
+        kill.lost = max(0, kill.g_before - max(later, default=kill.g_before))
+    if sc.kind == "ps" and epoch is not None:
+        above = sorted((e for e in sup.seen if e.t >= epoch.t and e.global_step > base_step),
+                       key=lambda e: e.t)
+        found = (above[0], base_step) if above else None
+    else:
+        found = resume_point(sup.seen, (t_up or t_kill) if sc.system == "stock" else t_kill)
+    if found:
+        event, resumed = found
+        kill.first_step_s = event.t - t_kill
+        if kill.lost is None:
+            kill.lost = max(0, kill.g_before - resumed)
+            if sc.system == "stock":
+                base_t, base_step = event.t, resumed
+    end = t_kill + opts.window
+    made = [e.global_step for e in sup.seen if base_t <= e.t <= end]
+    kill.rate_after = max(0, max(made, default=base_step) - base_step) / opts.window
+    if sc.system == "ours":
+        kill.full_r_s = back_after(sup.gauges, t_kill, lambda v: v is not None and v[0] >= R)
+        kill.back_s = back_after(sup.gauges, t_kill, lambda v: v is not None and v[1] >= total)
     return kill
 
 
-def run_series(system: str, opts: argparse.Namespace, workdir: Path) -> Series:
-    series = Series(system)
+def start_run(sc: Scenario, workdir: Path) -> tuple[Any, Callable[[tuple[str, int]], str], Any]:
+    """(run, address of a task, restart) for one scenario's cluster, started."""
     ckpt = str(workdir / "ckpt")
-    kills = opts.kills
-    if system.startswith("stock"):
-        spec = _cluster.cluster_spec(1, opts.workers)
-        extra = [f"--checkpoint-dir={ckpt}", f"--checkpoint-every-steps={opts.ckpt_every}"]
-        if system == STOCK_NO_CKPT:
-            extra, kills = [], min(kills, opts.no_ckpt_kills)
-        command = _cluster.stock_command(opts.replicas_to_aggregate, 10**9, extra=extra)
+    if sc.system == "stock":
+        spec = _cluster.cluster_spec(sc.ps, sc.workers)
+        extra = [f"--checkpoint-dir={ckpt}", f"--checkpoint-every-steps={CKPT_EVERY}"]
+        command = _cluster.stock_command(R, 10**9, extra=extra)
         run: Any = _cluster.LocalCluster(spec, command, workdir)
         run.__enter__()
         run.start_all()
-        chief_addr = run.address(CHIEF)
-        restart = run.start
-    else:
-        run = _ours.start(
-            workers=opts.workers,
-            replicas_to_aggregate=opts.replicas_to_aggregate,
-            max_steps=10**9,
-            workdir=workdir,
-            metrics=False,
-            checkpoint_dir=ckpt,
-            checkpoint_every_steps=opts.ckpt_every,
-        )
-        chief_addr = run.cluster.replica("chief", 0).grpc_address
-        restart = run.restart
+        return run, run.address, run.start
+    run = _ours.start(workers=sc.workers, replicas_to_aggregate=R, max_steps=10**9,
+                      workdir=workdir, metrics=True, checkpoint_dir=ckpt,
+                      checkpoint_every_steps=CKPT_EVERY, ps=sc.ps,
+                      min_replicas_to_aggregate=sc.min_r, snapshot_every_steps=sc.snapshot_every)
+    return run, lambda t: run.cluster.replica(*t).grpc_address, run.restart
+
+
+def wait_training(sup: Supervisor, replicas: int, timeout: float) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        sup.sleep(0.2)
+        if len({e.replica for e in sup.seen}) == replicas:
+            return ""
+    return f"only {sorted({e.replica for e in sup.seen})} trained within {timeout:.0f} s"
+
+
+def run_series(sc: Scenario, opts: argparse.Namespace, workdir: Path) -> Series:
+    series = Series(sc)
+    run, address, restart = start_run(sc, workdir)
     rng = random.Random(opts.seed)
     try:
-        sup = Supervisor(run, series, restart)
-        t0 = time.time()
-        deadline = t0 + opts.startup_timeout
-        while time.time() < deadline:
-            sup.sleep(0.2)
-            if len({e.replica for e in sup.seen}) == 1 + opts.workers:
-                break
-        else:
-            series.startup_note = (
-                f"only {sorted({e.replica for e in sup.seen})} trained within "
-                f"{opts.startup_timeout:.0f} s of launch"
-            )
-        for i in range(kills):
-            sup.sleep(rng.uniform(opts.min_train, opts.max_train))
-            kill = one_kill(sup, run, opts, chief_addr)
+        sup = Supervisor(run, series, restart, ours=sc.system == "ours")
+        series.startup_note = wait_training(sup, 1 + sc.workers, opts.startup_timeout)
+        for i in range(opts.kills):
+            sup.sleep(rng.uniform(opts.window + 1, opts.window + 5))
+            task = pick(sc, rng)
+            kill = one_kill(sup, run, sc, opts, task, address(task))
             series.kills.append(kill)
-            print(
-                f"  {system:<5} kill {i + 1:>2}: at step {kill.g_before:>5}, chief up "
-                f"{obs.fmt(kill.chief_up_s, '.1f', 's')}, next global step "
-                f"{obs.fmt(kill.recovery_s, '.1f', 's')}, resumed from "
-                f"{kill.g_resume}, lost {kill.lost} {'; '.join(kill.notes)}",
-                flush=True,
-            )
-            if kill.recovery_s is None:
+            print(f"  {sc.key:<15} kill {i + 1:>2} {kill.replica:<8} at step {kill.g_before:>6}: "
+                  f"rate {obs.fmt(kill.ratio, '.2f', 'x')} "
+                  f"({obs.fmt(kill.rate_before, '.1f')} -> {obs.fmt(kill.rate_after, '.1f')}), "
+                  f"lost {kill.lost}, first step {obs.fmt(kill.first_step_s, '.1f', 's')}, "
+                  f"full R {obs.fmt(kill.full_r_s, '.1f', 's')}, "
+                  f"all back {obs.fmt(kill.back_s, '.1f', 's')} {'; '.join(kill.notes)}",
+                  flush=True)
+            if kill.first_step_s is None and kill.rate_after == 0:
                 series.events["no progress: series stopped"] += 1
                 break
     finally:
-        if system.startswith("stock"):
+        if sc.system == "stock":
             run.close()
         else:
             run.cluster.stop()
@@ -206,78 +336,126 @@ def run_series(system: str, opts: argparse.Namespace, workdir: Path) -> Series:
 
 def summary(series: list[Series]) -> str:
     lines = [
-        "| system | kills | recovered | recovery s median / max | chief up s median "
-        "| chief up -> step s median | steps lost median / max | back to step 0 | other events |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| failure | kills | rate after / before median (min) | steps lost median / max "
+        "| first step s median | full R s median / max | all back s median | target | met "
+        "| other events |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in series:
-        ok = [k for k in s.kills if k.recovery_s is not None]
-        rec = [k.recovery_s for k in ok if k.recovery_s is not None]
-        lost = [float(k.lost) for k in ok if k.lost is not None]
-        up = [k.chief_up_s for k in s.kills]
-        after_up = [
-            k.recovery_s - k.chief_up_s
-            for k in ok
-            if k.recovery_s is not None and k.chief_up_s is not None
-        ]
-        zeros = sum("global step back to 0" in k.notes for k in s.kills)
+        ks = s.kills
+        ratios, lost = _ratios(ks), [float(x) for x in _lost(ks)]
+        full = [k.full_r_s for k in ks if k.full_r_s is not None]
         other = "; ".join(f"{k}: {v}" for k, v in sorted(s.events.items()))
-        if s.startup_note:
-            other = f"{s.startup_note}; {other}" if other else s.startup_note
+        notes = Counter(n for k in ks for n in k.notes)
+        other = "; ".join(x for x in (s.startup_note, other, "; ".join(
+            f"{n} x{c}" for n, c in notes.items())) if x)
+        met = "n/a" if s.scenario.met is None or not ks else (
+            "yes" if s.scenario.met(ks) else "NO")
         lines.append(
-            f"| {s.system} | {len(s.kills)} | {len(ok)} | "
-            f"{obs.fmt(obs.median(rec), '.1f')} / {obs.fmt(max(rec) if rec else None, '.1f')} | "
-            f"{obs.fmt(obs.median(up), '.1f')} | {obs.fmt(obs.median(after_up), '.1f')} | "
+            f"| {s.scenario.name} | {len(ks)} | {obs.fmt(obs.median(ratios), '.2f', 'x')} "
+            f"({obs.fmt(min(ratios) if ratios else None, '.2f', 'x')}) | "
             f"{obs.fmt(obs.median(lost), '.0f')} / {obs.fmt(max(lost) if lost else None, '.0f')} | "
-            f"{zeros} | {other or '-'} |"
-        )
+            f"{obs.fmt(obs.median(k.first_step_s for k in ks), '.1f')} | "
+            f"{obs.fmt(obs.median(full), '.1f')} / {obs.fmt(max(full) if full else None, '.1f')} | "
+            f"{obs.fmt(obs.median(k.back_s for k in ks), '.1f')} | {s.scenario.target} | {met} | "
+            f"{other or '-'} |")
     return "\n".join(lines)
+
+
+# -- the steady-state cost of snapshots --------------------------------------------------------
+
+def cost_run(every: int, opts: argparse.Namespace, workdir: Path) -> float | None:
+    """Global steps/s over one window, ``opts.warmup`` s after every replica stepped."""
+    run = _ours.start(workers=2, replicas_to_aggregate=R, max_steps=10**9, workdir=workdir,
+                      metrics=False, snapshot_every_steps=every)
+    try:
+        series = Series(Scenario("cost", "cost", "none", workers=2))
+        sup = Supervisor(run, series, run.restart, ours=False)
+        note = wait_training(sup, 3, opts.startup_timeout)
+        if note:
+            print(f"  cost snapshotEverySteps={every}: {note}", flush=True)
+            return None
+        sup.sleep(opts.warmup)
+        t0 = time.time()
+        sup.sleep(opts.window)
+        return obs.rate(sup.seen, t0, time.time())
+    finally:
+        run.cluster.stop()
+
+
+def snapshot_cost(opts: argparse.Namespace, root: Path) -> str:
+    rates: dict[int, list[float | None]] = {SNAPSHOT_EVERY: [], 0: []}
+    for i in range(opts.cost_repeats):
+        order = (SNAPSHOT_EVERY, 0) if i % 2 == 0 else (0, SNAPSHOT_EVERY)
+        for every in order:
+            rate = cost_run(every, opts, root / f"cost-{i}-{every}")
+            rates[every].append(rate)
+            print(f"  cost repeat {i + 1}: snapshotEverySteps={every:<3} "
+                  f"{obs.fmt(rate, '.1f')} global steps/s", flush=True)
+    on, off = obs.median(rates[SNAPSHOT_EVERY]), obs.median(rates[0])
+    ratio = obs.ratio(on, off)
+    met = "n/a" if ratio is None else ("yes" if ratio >= 0.97 else "NO")
+    return "\n".join([
+        "| snapshotEverySteps | repeats | global steps/s (median) | ratio to 0 | target | met |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| 0 | {len(rates[0])} | {obs.fmt(off, '.1f')} | 1.00x | - | - |",
+        f"| {SNAPSHOT_EVERY} | {len(rates[SNAPSHOT_EVERY])} | {obs.fmt(on, '.1f')} | "
+        f"{obs.fmt(ratio, '.3f', 'x')} | cost <= 3% (>= 0.97x) | {met} |",
+    ])
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--kills", type=int, default=20)
-    p.add_argument("--quick", action="store_true", help="5 kills per system")
-    p.add_argument("--workers", type=int, default=2, help="workers besides the chief")
-    p.add_argument("--replicas-to-aggregate", type=int, default=3)
-    p.add_argument("--ckpt-every", type=int, default=20, help="checkpoint every N steps")
-    p.add_argument("--min-train", type=float, default=1.0, help="s of training before a kill")
-    p.add_argument("--max-train", type=float, default=4.0)
-    p.add_argument("--recovery-timeout", type=float, default=90.0)
+    p.add_argument("--kills", type=int, help="kills per scenario (10; --quick: 2)")
+    p.add_argument("--quick", action="store_true",
+                   help="2 kills per scenario, 5 s windows, 1 cost repeat")
+    p.add_argument("--window", type=float, default=10.0,
+                   help="s before and after a kill over which steps/s are compared")
+    p.add_argument("--recovery-timeout", type=float, default=120.0)
     p.add_argument("--startup-timeout", type=float, default=150.0)
+    p.add_argument("--cost-repeats", type=int, default=3)
+    p.add_argument("--warmup", type=float, default=3.0, help="s before a cost window")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--no-ckpt-kills", type=int, default=5, help=f"kills for {STOCK_NO_CKPT!r}")
-    p.add_argument("--only", choices=SYSTEMS)
+    p.add_argument("--only", choices=[*KEYS, "cost"], action="append",
+                   help="run only these (repeatable); default: every scenario and the cost")
     p.add_argument("--keep-logs", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
-        args.kills, args.no_ckpt_kills = 5, 3
+        args.window, args.cost_repeats, args.warmup = 5.0, 1, 2.0
+    if args.kills is None:
+        args.kills = 2 if args.quick else 10
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
+    only = opts.only or [*KEYS, "cost"]
     root = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     started = datetime.datetime.now(datetime.UTC)
     print(f"# bench/recovery.py {' '.join(sys.argv[1:])}  ({started:%Y-%m-%d %H:%M} UTC)")
-    print(
-        f"# 1 PS, chief + {opts.workers} workers, R={opts.replicas_to_aggregate}, checkpoint "
-        f"every {opts.ckpt_every} steps; logs in {root}",
-        flush=True,
-    )
+    print(f"# linear model, R={R}, checkpoints every {CKPT_EVERY} steps, {opts.kills} kills per "
+          f"scenario, {opts.window:.0f} s windows, seed {opts.seed}; logs in {root}", flush=True)
     results = []
+    cost = ""
     try:
-        for system in [opts.only] if opts.only else SYSTEMS:
+        for sc in SCENARIOS:
+            if sc.key not in only:
+                continue
             try:
-                results.append(run_series(system, opts, root / system))
+                results.append(run_series(sc, opts, root / sc.key))
             except (RuntimeError, TimeoutError) as err:
-                s = Series(system, startup_note=f"failed: {str(err).splitlines()[0]}")
-                results.append(s)
+                results.append(Series(sc, startup_note=f"failed: {str(err).splitlines()[0]}"))
+        if "cost" in only:
+            cost = snapshot_cost(opts, root)
     finally:
         if not opts.keep_logs:
             shutil.rmtree(root, ignore_errors=True)
     print()
-    print(summary(results))
+    if results:
+        print(summary(results))
+    if cost:
+        print()
+        print(cost)
     return 0
 
 

@@ -26,6 +26,7 @@ from .exits import Exit
 from .graph import TrainingGraph
 from .phases import Phase, ReplicaPhase
 from .session import close_quietly, open_session, restore_or_initialize, save_checkpoint
+from .snapshot import Snapshotter
 from .steploop import POLL, EpochEnded, StepLoop, wait_for_phase
 from .worker import wait_for_epoch
 
@@ -90,6 +91,7 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
     cfg, m = ctx.cfg, ctx.metrics
     training = ctx.build_graph(epoch)
     sess = open_session(cfg, ctx.server.target, training.graph)
+    snapshots = None
     try:
         how, step = keep_or_restore(ctx, protocol, sess, training, epoch)
         if not ctx.start_counted:  # once per process, once the variables are there
@@ -111,7 +113,9 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
         ctx.set_ready(True)
         ctx.log(f"training in sync epoch {epoch:x} from global step {step} "
                 f"at unix time {time.time():.3f}")
-        return train(ctx, protocol, sess, training, step)
+        if cfg.training.snapshot_every_steps:
+            snapshots = Snapshotter(ctx, sess, training, step)
+        return train(ctx, protocol, sess, training, step, snapshots)
     except tf.errors.OutOfRangeError as err:
         if ctx.stopping:
             time.sleep(3600)  # the SIGTERM thread is checkpointing and will end the process
@@ -124,6 +128,8 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
                        f"maxSteps {cfg.training.max_steps}") from err
         return "its token queue was closed"
     finally:
+        if snapshots is not None:
+            snapshots.stop()
         if ctx.session is sess and not ctx.stopping:
             ctx.session = ctx.graph = None
         if not ctx.stopping:
@@ -143,7 +149,9 @@ def keep_or_restore(ctx: Context, protocol: SyncProtocol, sess: Any, training: T
             raise EpochEnded("a new sync epoch was opened" if state.epoch != epoch
                              else "training ended")
         if state.phase == Phase.RESETTING:
-            how, step = restore_or_initialize(sess, training, ctx.cfg.training.checkpoint_dir)
+            ctx.snapshots.invalidate()  # no copy begun before this restore is kept
+            how, step = restore_or_initialize(sess, training, ctx.cfg.training.checkpoint_dir,
+                                              ctx.snapshots.latest())
             if not protocol.variables_ready(epoch):
                 raise EpochEnded("a new sync epoch was opened while restoring")
             return how, step
@@ -153,13 +161,15 @@ def keep_or_restore(ctx: Context, protocol: SyncProtocol, sess: Any, training: T
 
 
 def train(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGraph,
-          step: int) -> str:
+          step: int, snapshots: Snapshotter | None) -> str:
     cfg, m = ctx.cfg, ctx.metrics
     loop = StepLoop(ctx, sess, training, step)
     every = cfg.training.checkpoint_every_steps
     ctx.last_checkpoint = step
     while True:
         global_step = loop.step()
+        if snapshots is not None:
+            snapshots.notify(global_step)
         if cfg.training.checkpoint_dir and global_step // every > ctx.last_checkpoint // every \
                 and global_step < cfg.training.max_steps:
             save_checkpoint(sess, training, cfg.training.checkpoint_dir, global_step)

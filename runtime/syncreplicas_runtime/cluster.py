@@ -46,6 +46,7 @@ class TrainingSpec:
     max_steps: int = 1000
     checkpoint_dir: str = ""
     checkpoint_every_steps: int = 100
+    snapshot_every_steps: int = 10
     log_every_steps: int = 100
     eval_every_steps: int = 0
     seed: int = 0
@@ -230,7 +231,7 @@ _TOP = (
 )
 _TRAINING = (
     "optimizer", "learningRate", "batchSize", "maxSteps", "checkpointDir",
-    "checkpointEverySteps", "logEverySteps", "evalEverySteps", "seed",
+    "checkpointEverySteps", "snapshotEverySteps", "logEverySteps", "evalEverySteps", "seed",
     "startupTimeoutSeconds", "chiefLostTimeoutSeconds",
 )
 
@@ -261,6 +262,8 @@ def parse_job(text: str | None) -> dict[str, Any]:
         checkpoint_dir=_str(t.get("checkpointDir", d.checkpoint_dir), "training.checkpointDir"),
         checkpoint_every_steps=_int(t.get("checkpointEverySteps", d.checkpoint_every_steps),
                                     "training.checkpointEverySteps", minimum=1),
+        snapshot_every_steps=_int(t.get("snapshotEverySteps", d.snapshot_every_steps),
+                                  "training.snapshotEverySteps", minimum=0),
         log_every_steps=_int(t.get("logEverySteps", d.log_every_steps),
                              "training.logEverySteps", minimum=1),
         eval_every_steps=_int(t.get("evalEverySteps", d.eval_every_steps),

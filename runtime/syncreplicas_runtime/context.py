@@ -16,6 +16,7 @@ from .graph import TrainingGraph, build_training_graph
 from .metrics import RuntimeMetrics
 from .model import ModelError
 from .phases import ReplicaPhase
+from .snapshot import SnapshotStore
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Context:
     last_checkpoint: int = -1
     stopping: bool = False
     start_counted: bool = False  # the chief counted this process in ``chief_starts``
+    snapshots: SnapshotStore = field(default_factory=SnapshotStore)  # the chief's
 
     def log(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S", time.gmtime())

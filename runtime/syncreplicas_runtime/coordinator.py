@@ -43,6 +43,7 @@ from .exits import Exit
 from .graph import TrainingGraph, tokens_per_replica
 from .phases import Phase
 from .session import close_quietly, coordinator_session_config, open_session
+from .snapshot import settle_seqlock
 from .steploop import POLL, REJOIN_GATE_SECONDS
 
 TICK_SECONDS = 0.25
@@ -223,6 +224,8 @@ def sync_epoch(ctx: Context, protocol: SyncProtocol, first: bool) -> str:
     try:
         wait_for_variables(ctx, protocol, epoch)
         sess.run(training.chief_init_op)
+        if training.seqlock is not None:  # before the first update of the epoch
+            settle_seqlock(sess, training.seqlock)
         step = int(sess.run(training.global_step))
         if step >= cfg.training.max_steps:
             return finish(ctx, protocol, sess, training, step)

@@ -43,6 +43,7 @@ from .names import (
     token_queue_name,
 )
 from .session import cluster_spec
+from .snapshot import SeqLock, add_seqlock
 
 v1 = tf.compat.v1
 
@@ -154,6 +155,7 @@ class TrainingGraph:
     depth: Any                        # sum of token queue sizes
     pending: Any                      # gradients accumulated towards the next update
     elastic: ElasticOps
+    seqlock: SeqLock | None           # with snapshots: the update counter (snapshot.py)
     report_uninitialized: Any
     saver: Any
     epoch: int
@@ -274,6 +276,9 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             elastic = ElasticOps(init=init, set_r=aggregate.assign(r_value, read_value=False),
                                  r_value=r_value, read=read, wait_and_read=wait_and_read,
                                  updated_at=updated_at)
+        # Snapshots (snapshot.py): every update counts itself on PS 0, before and after.
+        seqlock = (add_seqlock(take_ops(sync_opt), update_op, sync_op)
+                   if t.snapshot_every_steps else None)
         saver = report = None
         if cfg.is_chief:  # only the chief saves and restores: less to build on the others
             with tf.device(own):
@@ -291,4 +296,5 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         fetches=fetches, local_init_op=sync_opt.local_step_init_op,
         chief_init_op=sync_opt.chief_init_op, sync_op=sync_op, gate_tokens_op=gate_tokens_op,
         close_tokens_op=close_tokens_op, depth=depth, pending=pending, elastic=elastic,
+        seqlock=seqlock,
         report_uninitialized=report, saver=saver, epoch=epoch)

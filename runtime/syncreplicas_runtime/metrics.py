@@ -107,6 +107,9 @@ class RuntimeMetrics:
             "Global step the chief resumed from when it last joined a sync epoch", r)
         self.checkpoint_step = KnownGauge("syncreplicas_checkpoint_step",
                                           "Global step of the last checkpoint written", r)
+        self.snapshot_step = KnownGauge(
+            "syncreplicas_snapshot_step",
+            "Global step of the chief's freshest in-memory snapshot of the variables", r)
         self.eval_metric = Gauge("syncreplicas_eval_metric", "Held-out metric of the model",
                                  ["name"], registry=r)
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 from .cluster import ClusterConfig
+from .snapshot import Snapshot, checkpoint_step, choose_source, restore_snapshot
 
 if TYPE_CHECKING:  # graph.py builds on this module's cluster_spec
     from .graph import TrainingGraph
@@ -57,21 +58,25 @@ def checkpoint_prefix(directory: str) -> str:
     return os.path.join(directory, "model.ckpt")
 
 
-def restore_or_initialize(sess: Any, training: TrainingGraph,
-                          checkpoint_dir: str) -> tuple[str, int]:
+def restore_or_initialize(sess: Any, training: TrainingGraph, checkpoint_dir: str,
+                          snapshot: Snapshot | None = None) -> tuple[str, int]:
     """Bring the variables on the PS to a consistent state; returns (how, global step).
 
     - every variable already initialized (the PS outlived the chief): keep them as they are;
       re-running the init op here is what rewinds stock TensorFlow jobs to step 0;
-    - some or all missing (a new job, or a PS that restarted) and a checkpoint exists:
-      restore it onto every PS, so all variables come from the same step;
-    - no checkpoint: initialize only what is missing.
+    - some or all missing (a new job, or a PS that restarted): restore the chief's in-memory
+      ``snapshot`` if it is newer than the latest checkpoint, else the checkpoint, onto
+      every PS, so all variables come from the same step;
+    - neither: initialize only what is missing.
     """
     missing = {name.decode() for name in sess.run(training.report_uninitialized)}
     how = "kept"
     if missing:
         latest = v1.train.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
-        if latest:
+        source = choose_source(snapshot.step if snapshot else None, checkpoint_step(latest))
+        if source == "snapshot" and snapshot and restore_snapshot(sess, training, snapshot):
+            how = f"restored from the snapshot at global step {snapshot.step}"
+        elif latest:
             training.saver.restore(sess, latest)
             how = f"restored {os.path.basename(latest)}"
         else:

@@ -1,13 +1,16 @@
-"""Chaos: kill the chief (SIGKILL x5, SIGTERM x1), a worker and the PS during one run; and a
-chief SIGKILL with a backup replica, during which the global step goes on.
+"""Chaos: kill the chief (SIGKILL x5, SIGTERM x1), a worker, PS 1 and PS 0 during one run
+(seeded: when, and which worker); and a chief SIGKILL with a backup replica, during which the
+global step goes on.
 
 Fixed seed, real processes. Every invariant is checked from the logs and from metrics
 scraped during the run:
 - the global step never goes back within a sync epoch, an epoch never starts below the last
   checkpoint, and a chief restart that finds the PS alive loses no step at all;
+- a PS that comes back empty loses at most snapshotEverySteps global steps (the chief
+  restores its in-memory snapshot, or a checkpoint when that is as fresh);
 - the token queues never hold more than one step's tokens (plus initialTokens, here 0);
 - a chief restart opens no sync epoch: the chief rejoins the running one and no worker's
-  ``syncreplicas_sync_resets_total`` moves; only the PS loss opens one;
+  ``syncreplicas_sync_resets_total`` moves; only a PS loss opens one;
 - after every chief return it trains again (hang guard; times are printed);
 - the job reaches maxSteps and every last incarnation exits 0.
 """
@@ -28,12 +31,14 @@ from tests.support.tfcluster import LocalCluster, metric_value, start_cluster
 pytestmark = pytest.mark.slow
 
 MAX_STEPS = 500
-EVENTS = ["chief_kill", "chief_kill", "worker_kill", "chief_kill", "chief_term", "chief_kill",
-          "ps_kill", "chief_kill"]
+EVENTS = ["chief_kill", "chief_kill", "worker_kill", "chief_kill", "ps1_kill", "chief_term",
+          "chief_kill", "ps_kill", "chief_kill"]
+SNAPSHOT_EVERY = 10
 TOKEN_BOUND = 3  # max(replicas, R) + initialTokens
 HANG_GUARD = 120.0
 
 EPOCH_RE = re.compile(r"sync epoch ([0-9a-f]+): variables (\w+)[^,]*, global step (\d+)")
+RESTORED_RE = re.compile(r"variables restored[^,]*, global step (\d+)")
 STEP_RE = re.compile(r"global_step=(\d+) ")
 CKPT_RE = re.compile(r"checkpoint at global step (\d+)|after writing model\.ckpt-(\d+)")
 UP_RE = re.compile(r"started: .* at unix time ([\d.]+)")
@@ -131,11 +136,13 @@ def test_chaos(tmp_path: Path) -> None:
     job = linear_job(replicasToAggregate=3, training__maxSteps=MAX_STEPS,
                      training__checkpointDir=str(tmp_path / "ckpt"),
                      training__checkpointEverySteps=20, training__logEverySteps=10,
+                     training__snapshotEverySteps=SNAPSHOT_EVERY,
                      training__chiefLostTimeoutSeconds=240, training__startupTimeoutSeconds=240)
     env = {**runtime_env(), "SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "30"}
-    with start_cluster(job, workers=2, ps=1, workdir=tmp_path, env=env) as cluster:
+    with start_cluster(job, workers=2, ps=2, workdir=tmp_path, env=env) as cluster:
         watch = Watcher(cluster)
         joins = 1
+        ps1_lost: tuple[float, int] | None = None  # (global step before the kill, restores)
         watch.wait_joins(joins)
         watch.wait_steps(rng.randint(5, 15))
         unmoved = 0
@@ -148,7 +155,13 @@ def test_chaos(tmp_path: Path) -> None:
                 assert cluster.wait_one("chief", 0, timeout=60) == 143, cluster.logs()
                 cluster.restart("chief", 0)
             elif event == "worker_kill":
-                cluster.restart("worker", 0)
+                cluster.restart("worker", rng.randrange(2))
+            elif event == "ps1_kill":  # PS 0 notices, opens a new epoch; the chief restores
+                text = cluster.try_metrics_text("chief", 0)
+                step = metric_value(text, "syncreplicas_global_step") if text else None
+                assert step is not None, cluster.logs()
+                ps1_lost = (step, len(RESTORED_RE.findall(cluster.log("chief", 0))))
+                cluster.restart("ps", 1)
             elif event == "ps_kill":
                 cluster.restart("ps", 0)  # the new PS 0 opens a new epoch; the chief restores
             if event != "worker_kill":
@@ -174,9 +187,15 @@ def test_chaos(tmp_path: Path) -> None:
     assert "stopped by SIGTERM after writing model.ckpt-" in chief_log, logs
     starts = check_invariants(chief_log)
     assert len(starts) == 1 + len(EVENTS) - 1, starts  # every chief start and the PS loss
-    assert any(s.startswith("restored") for s in starts), starts  # after the PS came back
-    # Sync epochs are opened by PS 0 only: at its first start and after its restart.
-    assert len(GATE_RE.findall(cluster.log("ps", 0))) == 2, cluster.log("ps", 0)
+    assert sum(s.startswith("restored") for s in starts) == 2, starts  # after each PS loss
+    # PS 1's loss lost at most snapshotEverySteps steps (checkpoints: every 20).
+    assert ps1_lost is not None
+    before, restores = ps1_lost
+    restored = int(RESTORED_RE.findall(chief_log)[restores])
+    assert restored >= before - SNAPSHOT_EVERY, (before, restored, starts)
+    # Sync epochs are opened by PS 0 only: at its first start, after PS 1's loss (PS 0
+    # notices) and after its own restart.
+    assert len(GATE_RE.findall(cluster.log("ps", 0))) == 3, cluster.log("ps", 0)
     assert unmoved >= 6, unmoved  # both workers compared around most chief restarts
     assert watch.depths and max(watch.depths) <= TOKEN_BOUND, watch.depths
     assert watch.restarts_seen >= 1
@@ -191,7 +210,8 @@ def test_chaos(tmp_path: Path) -> None:
             up = None
     back = back[1:]  # skip the first start
     assert len(back) == 6, back
-    print(f"epoch starts: {starts}; restarted chief up -> training, s: "
+    print(f"epoch starts: {starts}; PS 1 lost at ~{before:.0f}, restored {restored}; "
+          f"restarted chief up -> training, s: "
           f"{[round(r, 2) for r in back]}; max token depth {max(watch.depths)}")
     assert max(back) < HANG_GUARD
 

@@ -81,6 +81,7 @@ def test_metrics_port_override_and_full_job() -> None:
         (env(job=with_job(training__batchSize=0)), "training.batchSize"),
         (env(job=with_job(training__maxSteps=True)), "training.maxSteps"),
         (env(job=with_job(training__checkpointEverySteps=0)), "training.checkpointEverySteps"),
+        (env(job=with_job(training__snapshotEverySteps=-1)), "training.snapshotEverySteps"),
         (env(job=with_job(training__stepz=1)), "training.stepz"),
         (env(job=with_job(training__chiefLostTimeoutSeconds=-1)),
          "training.chiefLostTimeoutSeconds"),

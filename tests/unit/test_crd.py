@@ -260,6 +260,7 @@ BAD = [
     ("spec.training.checkpointDir", "relative/dir", "spec.training.checkpointDir"),
     ("spec.training.checkpointDir", "/" + "d" * 1024, "spec.training.checkpointDir"),
     ("spec.training.checkpointEverySteps", 0, "spec.training.checkpointEverySteps"),
+    ("spec.training.snapshotEverySteps", -1, "spec.training.snapshotEverySteps"),
     ("spec.training.logEverySteps", 0, "spec.training.logEverySteps"),
     ("spec.training.evalEverySteps", -1, "spec.training.evalEverySteps"),
     ("spec.training.seed", -1, "spec.training.seed"),

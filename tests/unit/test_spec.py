@@ -47,6 +47,7 @@ def test_defaults() -> None:
         max_steps=1000,
         checkpoint_dir="/var/lib/syncreplicas/checkpoints",
         checkpoint_every_steps=100,
+        snapshot_every_steps=10,
         log_every_steps=100,
         eval_every_steps=0,
         seed=0,

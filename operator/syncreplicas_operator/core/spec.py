@@ -36,6 +36,7 @@ DEFAULT_BATCH_SIZE: Final = 32
 DEFAULT_MAX_STEPS: Final = 1000
 DEFAULT_CHECKPOINT_DIR: Final = "/var/lib/syncreplicas/checkpoints"
 DEFAULT_CHECKPOINT_EVERY_STEPS: Final = 100
+DEFAULT_SNAPSHOT_EVERY_STEPS: Final = 10
 DEFAULT_LOG_EVERY_STEPS: Final = 100
 DEFAULT_EVAL_EVERY_STEPS: Final = 0
 DEFAULT_SEED: Final = 0
@@ -98,6 +99,7 @@ class TrainingSpec:
     max_steps: int = DEFAULT_MAX_STEPS
     checkpoint_dir: str = DEFAULT_CHECKPOINT_DIR
     checkpoint_every_steps: int = DEFAULT_CHECKPOINT_EVERY_STEPS
+    snapshot_every_steps: int = DEFAULT_SNAPSHOT_EVERY_STEPS
     log_every_steps: int = DEFAULT_LOG_EVERY_STEPS
     eval_every_steps: int = DEFAULT_EVAL_EVERY_STEPS
     seed: int = DEFAULT_SEED
@@ -408,6 +410,7 @@ _TRAINING_FIELDS: Final = (
     "maxSteps",
     "checkpointDir",
     "checkpointEverySteps",
+    "snapshotEverySteps",
     "logEverySteps",
     "evalEverySteps",
     "seed",
@@ -484,6 +487,7 @@ def _training(c: _Checker, spec: Mapping[str, Any], path: str) -> TrainingSpec:
         )
         or "",
         checkpoint_every_steps=count("checkpointEverySteps", DEFAULT_CHECKPOINT_EVERY_STEPS, 1),
+        snapshot_every_steps=count("snapshotEverySteps", DEFAULT_SNAPSHOT_EVERY_STEPS, 0),
         log_every_steps=count("logEverySteps", DEFAULT_LOG_EVERY_STEPS, 1),
         eval_every_steps=count("evalEverySteps", DEFAULT_EVAL_EVERY_STEPS, 0),
         seed=count("seed", DEFAULT_SEED, 0),

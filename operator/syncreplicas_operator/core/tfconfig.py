@@ -92,6 +92,7 @@ def job_settings(spec: JobSpec) -> dict[str, Any]:
             "maxSteps": training.max_steps,
             "checkpointDir": training.checkpoint_dir,
             "checkpointEverySteps": training.checkpoint_every_steps,
+            "snapshotEverySteps": training.snapshot_every_steps,
             "logEverySteps": training.log_every_steps,
             "evalEverySteps": training.eval_every_steps,
             "seed": training.seed,
