@@ -24,7 +24,7 @@ from .context import Context, exit_now
 from .control import PEER_ERRORS, SyncProtocol
 from .exits import Exit
 from .graph import TrainingGraph
-from .phases import Phase
+from .phases import Phase, ReplicaPhase
 from .session import close_quietly, open_session, restore_or_initialize, save_checkpoint
 from .snapshot import Snapshotter
 from .steploop import POLL, EpochEnded, StepLoop, wait_for_phase
@@ -37,11 +37,13 @@ def run_chief(ctx: Context) -> int:
     cfg = ctx.cfg
     ctx.metrics.add_chief()
     protocol = SyncProtocol(cfg, ctx.server.target)
+    ctx.set_phase(ReplicaPhase.WAITING_FOR_PS)
     try:
         protocol.wait_for_ps(time.monotonic() + cfg.training.startup_timeout_seconds)
     except PEER_ERRORS as err:
         raise Exit(exitcodes.UNREACHABLE, f"PS not reachable within "
                    f"{cfg.training.startup_timeout_seconds:.0f}s: {type(err).__name__}") from err
+    ctx.set_phase(ReplicaPhase.GATHERING)
     signal.signal(signal.SIGTERM, lambda *_: graceful_stop(ctx))
     first = True
     left: int | None = None

@@ -15,6 +15,7 @@ from .exits import Exit
 from .graph import TrainingGraph, build_training_graph
 from .metrics import RuntimeMetrics
 from .model import ModelError
+from .phases import ReplicaPhase
 from .snapshot import SnapshotStore
 
 
@@ -71,9 +72,14 @@ class Context:
         return training
 
     def set_ready(self, ready: bool) -> None:
-        """Readiness for /readyz and the ``syncreplicas_ready`` gauge, always together."""
+        """Readiness for /readyz and the ``syncreplicas_ready`` gauge, always together; a
+        replica that stops training is gathering again (rejoining the next epoch)."""
         self.readiness.ready = ready
         self.metrics.ready.set(1 if ready else 0)
+        self.set_phase(ReplicaPhase.TRAINING if ready else ReplicaPhase.GATHERING)
+
+    def set_phase(self, phase: ReplicaPhase) -> None:
+        self.metrics.replica_phase.set(int(phase))
 
 
 def exit_now(code: int, reason: str) -> None:

@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from .phases import ReplicaPhase
+
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 STALENESS_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50)
 
@@ -87,6 +89,12 @@ class RuntimeMetrics:
                                    "Times this replica rejoined after the sync state was reset",
                                    registry=r)
         self.ready = Gauge("syncreplicas_ready", "1 while the replica is training", registry=r)
+        # Set before the endpoint serves: a process that answers is at least importing.
+        self.replica_phase = Gauge(
+            "syncreplicas_replica_phase",
+            "Start-up phase of this process (phases.ReplicaPhase: 1 importing, 2 waiting for "
+            "PS, 3 gathering, 4 training, 5 coordinating, 6 serving)", registry=r)
+        self.replica_phase.set(int(ReplicaPhase.IMPORTING))
 
     def add_chief(self) -> None:
         """The chief's own: restarts, restores, checkpoints, evaluations."""
@@ -119,6 +127,10 @@ class RuntimeMetrics:
         self.live_replicas = KnownGauge(
             "syncreplicas_live_replicas",
             "Replicas (chief and workers) that pushed gradients recently", r)
+        # What R is lowered from: alerts compare the two without a copy of the spec.
+        self.spec_replicas_to_aggregate = KnownGauge(
+            "syncreplicas_spec_replicas_to_aggregate",
+            "R the job asks for (replicasToAggregate)", r)
 
 
 class _State:

@@ -12,6 +12,7 @@ from . import exitcodes
 from .context import Context
 from .control import ps_done_queue
 from .coordinator import serve_sync_epochs
+from .phases import ReplicaPhase
 from .session import open_session
 
 v1 = tf.compat.v1
@@ -26,9 +27,11 @@ def run_ps(ctx: Context) -> int:
     sess = open_session(cfg, ctx.server.target, graph)
     ctx.readiness.ready = True
     ctx.metrics.ready.set(1)
+    ctx.set_phase(ReplicaPhase.COORDINATING if cfg.index == 0 else ReplicaPhase.SERVING)
     ctx.log(f"serving on {cfg.address}")
     if cfg.index == 0:
         ctx.metrics.add_coordinator()
+        ctx.metrics.spec_replicas_to_aggregate.set(cfg.replicas_to_aggregate)
         threading.Thread(target=serve_sync_epochs, args=(ctx,), name="sync-epochs",
                          daemon=True).start()
     sess.run(wait_done)

@@ -10,7 +10,7 @@ from . import exitcodes
 from .context import Context, start_watchdog
 from .control import PEER_ERRORS, SyncProtocol, SyncState
 from .exits import Exit
-from .phases import Phase
+from .phases import Phase, ReplicaPhase
 from .session import close_quietly, open_session
 from .steploop import POLL, EpochEnded, StepLoop, wait_for_phase
 
@@ -18,11 +18,13 @@ from .steploop import POLL, EpochEnded, StepLoop, wait_for_phase
 def run_worker(ctx: Context) -> int:
     cfg = ctx.cfg
     protocol = SyncProtocol(cfg, ctx.server.target)
+    ctx.set_phase(ReplicaPhase.WAITING_FOR_PS)
     try:
         protocol.wait_for_ps(time.monotonic() + cfg.training.startup_timeout_seconds)
     except PEER_ERRORS as err:
         raise Exit(exitcodes.UNREACHABLE, f"PS not reachable within "
                    f"{cfg.training.startup_timeout_seconds:.0f}s: {type(err).__name__}") from err
+    ctx.set_phase(ReplicaPhase.GATHERING)
     start_watchdog(ctx)
     left: int | None = None
     first = True

@@ -32,6 +32,7 @@ REQUIRED = {
     "SyncReplicasTokenQueueStarved",
     "SyncReplicasChiefRestartingRepeatedly",
     "SyncReplicasFewerThanRReplicas",
+    "SyncReplicasDegraded",
 }
 
 

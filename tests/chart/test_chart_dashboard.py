@@ -56,6 +56,8 @@ REQUIRED_PANELS = [
     "step time",
     "restarts",
     "operator health",
+    "live replicas",
+    "recoveries",
 ]
 # The operator does not reconcile in this test (no API server), so its reconcile-time
 # histogram has no observations and its quantile is NaN: the series must exist, values

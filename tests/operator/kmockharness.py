@@ -144,6 +144,7 @@ class Operator:
         kubeconfig: Path,
         log: Path,
         scrape_interval: float = 0.3,
+        replica_scrape_interval: float = 0.5,
         extra_args: tuple[str, ...] = (),
     ) -> None:
         self.liveness_port = free_port()
@@ -162,6 +163,8 @@ class Operator:
                 str(self.metrics_port),
                 "--scrape-interval",
                 str(scrape_interval),
+                "--replica-scrape-interval",
+                str(replica_scrape_interval),
                 *(["--verbose"] if os.environ.get("SYNCREPLICAS_TEST_VERBOSE") else []),
                 *extra_args,
             ],

@@ -19,14 +19,15 @@ REPLICA_NAMES = [
     "syncreplicas_gradient_staleness_steps_bucket", "syncreplicas_gradients_pushed_total",
     "syncreplicas_stale_gradients_dropped_total", "syncreplicas_tokens_consumed_total",
     "syncreplicas_token_wait_seconds_bucket", "syncreplicas_step_duration_seconds_bucket",
-    "syncreplicas_examples_total", "syncreplicas_loss",
+    "syncreplicas_examples_total", "syncreplicas_loss", "syncreplicas_replica_phase",
 ]
 CHIEF_NAMES = ["syncreplicas_chief_restarts_total", "syncreplicas_restored_step",
                "syncreplicas_checkpoint_step"]
 # Exported by PS 0, where the sync loop runs.
 COORDINATOR_NAMES = ["syncreplicas_token_queue_depth",
                      "syncreplicas_accumulator_pending_gradients",
-                     "syncreplicas_replicas_to_aggregate", "syncreplicas_live_replicas"]
+                     "syncreplicas_replicas_to_aggregate", "syncreplicas_live_replicas",
+                     "syncreplicas_spec_replicas_to_aggregate"]
 # Values a process only knows once it has read them from the PS (or run a step).
 UNKNOWN_AT_START = ["syncreplicas_global_step", "syncreplicas_local_step", "syncreplicas_loss"]
 CHIEF_UNKNOWN_AT_START = ["syncreplicas_restored_step", "syncreplicas_checkpoint_step"]
@@ -82,6 +83,8 @@ def test_unknown_gauges_have_no_sample_until_set() -> None:
     m.add_coordinator()
     for name in UNKNOWN_AT_START + CHIEF_UNKNOWN_AT_START + COORDINATOR_NAMES:
         assert m.registry.get_sample_value(name) is None, name
+    # A process that answers at all is at least importing (phases.ReplicaPhase.IMPORTING).
+    assert m.registry.get_sample_value("syncreplicas_replica_phase") == 1
     assert m.registry.get_sample_value("syncreplicas_ready") == 0  # known: not ready
     m.global_step.set(0)  # a real 0, read from the PS, is exported
     assert m.registry.get_sample_value("syncreplicas_global_step") == 0
@@ -122,3 +125,5 @@ def test_a_starting_replica_exports_no_value_it_has_not_read(tmp_path: Path) -> 
             assert metric_value(text, name) is None, (role, name, text)  # ... but no sample
         assert metric_value(text, "syncreplicas_ready") == 0, (role, text)
         assert metric_value(text, "syncreplicas_gradients_pushed_total") == 0, (role, text)
+        # phases.ReplicaPhase.WAITING_FOR_PS: what the live view shows for it
+        assert metric_value(text, "syncreplicas_replica_phase") == 2, (role, text)

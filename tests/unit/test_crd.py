@@ -27,7 +27,7 @@ from jsonschema import validators
 from jsonschema.exceptions import ValidationError
 from openapi_schema_validator import OAS30Validator
 from syncreplicas_operator import cli
-from syncreplicas_operator.core import naming, spec, tfconfig
+from syncreplicas_operator.core import naming, recovery, spec, tfconfig
 from syncreplicas_operator.core.enums import ChiefRestartPolicy, CleanPodPolicy, RestartPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,6 +200,18 @@ GOOD = [
     pytest.param(with_value(minimal, "spec.metrics.port", 0), id="metrics-off"),
     pytest.param(with_value(minimal, "spec.training.learningRate", 1), id="integer-rate"),
     pytest.param(with_value(minimal, "spec.stallTimeoutSeconds", 0), id="stall-off"),
+    pytest.param(
+        with_value(minimal, "spec.runPolicy.stragglerPolicy", {"evictAfterSeconds": 300}),
+        id="straggler-policy",
+    ),
+    pytest.param(
+        with_value(
+            minimal,
+            "spec.runPolicy.stragglerPolicy",
+            {"evictAfterSeconds": 1, "minDropFraction": 1},
+        ),
+        id="straggler-policy-bounds",
+    ),
     pytest.param(with_value(minimal, "metadata.name", "a" * 51), id="longest-name"),
     pytest.param(with_value(minimal, "spec.model.args", {"hidden": [64, 32]}), id="args"),
     pytest.param(
@@ -271,6 +283,31 @@ BAD = [
     ("spec.runPolicy.ttlSecondsAfterFinished", -1, "spec.runPolicy.ttlSecondsAfterFinished"),
     ("spec.runPolicy.cleanPodPolicy", "Some", "spec.runPolicy.cleanPodPolicy"),
     ("spec.runPolicy.suspend", "yes", "spec.runPolicy.suspend"),
+    (
+        "spec.runPolicy.stragglerPolicy.evictAfterSeconds",
+        0,
+        "spec.runPolicy.stragglerPolicy.evictAfterSeconds",
+    ),
+    (
+        "spec.runPolicy.stragglerPolicy",
+        {"minDropFraction": 0.5},
+        "spec.runPolicy.stragglerPolicy.evictAfterSeconds",
+    ),
+    (
+        "spec.runPolicy.stragglerPolicy",
+        {"evictAfterSeconds": 60, "minDropFraction": 1.5},
+        "spec.runPolicy.stragglerPolicy.minDropFraction",
+    ),
+    (
+        "spec.runPolicy.stragglerPolicy",
+        {"evictAfterSeconds": 60, "minDropFraction": 0},
+        "spec.runPolicy.stragglerPolicy.minDropFraction",
+    ),
+    (
+        "spec.runPolicy.stragglerPolicy",
+        {"evictAfterSeconds": 60, "dropFraction": 0.5},
+        "spec.runPolicy.stragglerPolicy.dropFraction",
+    ),
     ("spec.runPolicy.schedulingPolicy", "volcano", "spec.runPolicy.schedulingPolicy"),
     ("spec.runPolicy.schedulingPolicy", {}, "spec.runPolicy.schedulingPolicy.gangScheduler"),
     ("spec.runPolicy.schedulingPolicy", {"gangScheduler": "Kueue"},
@@ -310,6 +347,7 @@ TRANSITIONS = [
     ("spec.runPolicy.suspend", True, None),
     ("spec.runPolicy.backoffLimit", 1, None),
     ("spec.runPolicy.ttlSecondsAfterFinished", 60, None),
+    ("spec.runPolicy.stragglerPolicy", {"evictAfterSeconds": 120}, None),
     ("spec.chiefRestartPolicy", "Fail", None),
     ("spec.stallTimeoutSeconds", 30, None),
     ("spec.image", "example.org/runtime:2", None),
@@ -399,6 +437,24 @@ def test_a_full_status_fits_the_schema() -> None:
         ],
         "replicaStatuses": {"ps": counts, "chief": counts, "worker": counts},
         "globalStep": 1200,
+        "replicasToAggregate": 2,
+        "liveReplicas": 2,
+        "restoredStep": 1100,
+        "lastRecovery": {
+            "replica": "ps-0",
+            "cause": "ContainerRestarted",
+            "message": "job-ps-0 restarted after exiting with KILLED (137)",
+            "startedAt": "2026-01-02T03:04:05Z",
+            "recoveredAt": "2026-01-02T03:05:05Z",
+            "globalStepBefore": 1150,
+            "resumedFrom": 1100,
+            "stepsLost": 50,
+        },
+        "straggler": {
+            "replica": "worker-2",
+            "dropFraction": 0.8,
+            "since": "2026-01-02T03:04:05Z",
+        },
         "lastProgressTime": "2026-01-02T03:04:05Z",
         "chiefRestarts": 1,
         "chief": {"uid": "3c1e", "restartCount": 1},
@@ -605,3 +661,8 @@ def test_validate_entry_point(tmp_path: Path) -> None:
         f"{path}: spec.runPolicy.restartPolicy: must be one of OnFailure, Never, ExitCode; "
         "got 'Sometimes'",
     ]
+
+
+def test_recovery_causes_match_recovery_py() -> None:
+    status = SCHEMA["properties"]["status"]["properties"]
+    assert tuple(status["lastRecovery"]["properties"]["cause"]["enum"]) == recovery.CAUSES

@@ -6,6 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from syncreplicas_operator.core import metricnames, metricstext
 from syncreplicas_runtime.metrics import RuntimeMetrics
+from syncreplicas_runtime.phases import ReplicaPhase
 
 READ_BY_THE_OPERATOR = sorted(
     value
@@ -37,7 +38,13 @@ def test_the_runtime_exports_every_name_the_operator_reads(name: str) -> None:
 
 def test_every_family_is_listed() -> None:
     assert set(metricnames.FAMILIES) <= exported_names()
-    assert len(READ_BY_THE_OPERATOR) == 10
+    assert len(READ_BY_THE_OPERATOR) == 14
+
+
+def test_replica_phases_are_the_runtime_enum() -> None:
+    assert {
+        int(p): p.name.lower().replace("_", " ").replace("ps", "PS") for p in ReplicaPhase
+    } == metricnames.REPLICA_PHASES
 
 
 def test_the_eval_metric_is_read_by_its_name_label() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
-from syncreplicas_operator.core import actions, naming
+from syncreplicas_operator.core import actions, naming, recovery
 from syncreplicas_operator.resources.metrics import OperatorMetrics
 
 
@@ -42,3 +42,15 @@ def test_fresh_registries_do_not_share_state() -> None:
     OperatorMetrics(first).count(actions.PODS_CREATED, 3)
     OperatorMetrics(second)
     assert value(second, "syncreplicas_operator_pods_created_total") == 0
+
+
+def test_recoveries_by_cause_and_straggler_evictions() -> None:
+    registry = CollectorRegistry()
+    m = OperatorMetrics(registry)
+    m.count(actions.RECOVERIES, labels={"cause": recovery.CAUSE_EXITED})
+    m.count(actions.RECOVERIES, labels={"cause": recovery.CAUSE_EXITED})
+    m.count(actions.STRAGGLER_EVICTIONS)
+    name = "syncreplicas_operator_recoveries_total"
+    assert value(registry, name, cause=recovery.CAUSE_EXITED) == 2
+    assert value(registry, name, cause=recovery.CAUSE_DELETED) == 0  # exported at zero
+    assert value(registry, "syncreplicas_operator_straggler_evictions_total") == 1

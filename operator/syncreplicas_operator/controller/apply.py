@@ -61,7 +61,9 @@ class Api(Protocol):
 class Counters(Protocol):
     """Where CountMetric actions go (``resources.metrics.OperatorMetrics``)."""
 
-    def count(self, name: str, amount: int = 1) -> None: ...
+    def count(
+        self, name: str, amount: int = 1, labels: Mapping[str, str] | None = None
+    ) -> None: ...
 
 
 def apply_plan(
@@ -101,7 +103,7 @@ def apply_plan(
         elif isinstance(first, CountMetric):
             for count in batch:
                 assert isinstance(count, CountMetric)
-                counters.count(count.name, count.amount)
+                counters.count(count.name, count.amount, dict(count.labels))
         elif isinstance(first, PatchStatus):
             if not client.patch_status(namespace, name, first.patch):
                 return True

@@ -27,12 +27,14 @@ from typing import Any, Final, Protocol
 from ..core import manifests, naming
 from ..core.actions import WARNING, CreateChild, DeletePodGroup
 from ..core.planner import plan_job
+from ..core.recovery import SeenPod
 from ..core.spec import Job, SpecError, parse_job
 from ..core.status import ObservedPod, observe_pod
+from ..core.straggler import Scrape, drop_fractions
 from ..core.timefmt import format_time
 from ..resources import k8s
 from ..resources.metrics import OperatorMetrics
-from . import chiefstep
+from . import replicametrics
 from .apply import apply_plan
 from .expectations import Expectations
 from .invalid import plan_invalid_job
@@ -48,6 +50,8 @@ IDLE_SECONDS: Final = 60.0
 WRITE_RETRY_SECONDS: Final = 10.0
 # While the watch has not confirmed what was just created or deleted: check again this soon.
 EXPECTATION_RECHECK_SECONDS: Final = 1.0
+# The straggler window: drop fractions over this many replica scrapes (the oldest to now).
+GRADIENT_WINDOW_SCRAPES: Final = 5
 
 JobKey = tuple[str, str]  # (namespace, name)
 
@@ -80,6 +84,13 @@ class JobState:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     expectations: Expectations = field(default_factory=Expectations)
     next_step_read: float = 0.0  # monotonic time the chief's metrics are next due
+    # Recovery and stragglers: when the replicas' gradient counters are next due, the
+    # last scrapes of them (the straggler window) and the pods as the last pass left them.
+    next_gradients_read: float = 0.0
+    gradient_window: collections.deque[Scrape] = field(
+        default_factory=lambda: collections.deque(maxlen=GRADIENT_WINDOW_SCRAPES)
+    )
+    seen_pods: Mapping[str, SeenPod] | None = None
     # The first pass after (re)start lists the children once: kopf may start the daemon
     # before every child's watch event has reached the indexes.
     listed: bool = False
@@ -186,11 +197,17 @@ async def reconcile(
     except k8s.ApiError as exc:
         await report_write_failure(raw, state, exc)
         return WRITE_RETRY_SECONDS
+    progress = await read_progress(job, state, pods)
     observed = replace(
         observed,
-        global_step=await read_step(job, state, pods),
+        global_step=progress.global_step,
         pod_group=state.pod_group,
         pod_group_api=pod_group_api,
+        restored_step=progress.restored_step,
+        replicas_to_aggregate=progress.replicas_to_aggregate,
+        live_replicas=progress.live_replicas,
+        drop_fractions=await read_drop_fractions(job, state, pods),
+        seen_pods=state.seen_pods,
     )
     now = datetime.now(UTC)
     # Planning a large job builds thousands of pod bodies: keep it off the event loop.
@@ -218,6 +235,7 @@ async def reconcile(
         await report_write_failure(raw, state, exc)
         return WRITE_RETRY_SECONDS
     state.status = plan.status
+    state.seen_pods = plan.seen_pods
     state.last_error = ""
     for action in plan.actions:
         if isinstance(action, CreateChild) and action.kind == naming.POD_GROUP_KIND:
@@ -229,6 +247,8 @@ async def reconcile(
         return None
     metrics().set_phase(namespace, name, plan.status.get("phase"))
     delays = [IDLE_SECONDS, max(0.0, state.next_step_read - time.monotonic())]
+    if job.spec.metrics.port > 0:
+        delays.append(max(0.0, state.next_gradients_read - time.monotonic()))
     if plan.requeue_after is not None:
         delays.append(plan.requeue_after + 0.05)
     if state.expectations.pending:
@@ -261,16 +281,35 @@ async def served(job: Job) -> bool:
     return await asyncio.to_thread(api().serves, api_version, naming.POD_GROUP_PLURAL)
 
 
-async def read_step(job: Job, state: JobState, pods: Iterable[ObservedPod]) -> int | None:
-    """The chief's global step, at most once per scrape interval (None between reads)."""
+async def read_progress(
+    job: Job, state: JobState, pods: Iterable[ObservedPod]
+) -> replicametrics.Progress:
+    """The chief's steps and the coordinator's R, at most once per scrape interval (all
+    None between reads)."""
     port = job.spec.metrics.port
     if port <= 0 or time.monotonic() < state.next_step_read:
-        return None
-    chief = chiefstep.running_chief(pods)
-    if chief is None:
-        return None
+        return replicametrics.Progress()
+    pods = list(pods)
+    if replicametrics.running_chief(pods) is None:
+        return replicametrics.Progress()
     state.next_step_read = time.monotonic() + SETTINGS.scrape_interval
-    return await chiefstep.read_global_step(chief.pod_ip, port, SETTINGS.scrape_timeout)
+    return await replicametrics.read_progress(pods, port, SETTINGS.scrape_timeout)
+
+
+async def read_drop_fractions(
+    job: Job, state: JobState, pods: Iterable[ObservedPod]
+) -> dict[str, float] | None:
+    """Each replica's share of gradients dropped as stale over the window, at most once per
+    replica scrape interval (None between reads)."""
+    port = job.spec.metrics.port
+    if port <= 0 or time.monotonic() < state.next_gradients_read:
+        return None
+    state.next_gradients_read = time.monotonic() + SETTINGS.replica_scrape_interval
+    scrape = await replicametrics.read_gradients(
+        pods, port, SETTINGS.scrape_timeout, SETTINGS.scrape_concurrency
+    )
+    state.gradient_window.append(scrape)
+    return drop_fractions(list(state.gradient_window))
 
 
 async def report_write_failure(raw: Mapping[str, Any], state: JobState, exc: k8s.ApiError) -> None:
@@ -281,6 +320,8 @@ async def report_write_failure(raw: Mapping[str, Any], state: JobState, exc: k8s
     """
     state.expectations.forget_created()
     state.status = None
+    # Part of the plan may have deleted pods: not failures to report next pass.
+    state.seen_pods = None
     state.pod_group = None
     meta = raw["metadata"]
     log.warning("%s/%s: %s", meta["namespace"], meta["name"], exc)

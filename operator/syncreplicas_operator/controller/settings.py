@@ -26,6 +26,9 @@ class Settings:
 
     scrape_interval: float = 15.0
     scrape_timeout: float = 2.0
+    # Every replica's gradient counters (stragglers): rarer, and a bounded number at once.
+    replica_scrape_interval: float = 30.0
+    scrape_concurrency: int = 16
     image: str = manifests.DEFAULT_IMAGE
 
 
@@ -58,7 +61,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scrape-interval",
         type=float,
         default=SETTINGS.scrape_interval,
-        help="seconds between reads of each chief's /metrics for status.globalStep",
+        help="seconds between reads of each chief's and coordinator's (PS 0) /metrics "
+        "for status.globalStep, status.replicasToAggregate and status.lastRecovery",
+    )
+    parser.add_argument(
+        "--replica-scrape-interval",
+        type=float,
+        default=SETTINGS.replica_scrape_interval,
+        help="seconds between reads of every chief's and worker's /metrics for stragglers "
+        "(gradients dropped as stale); the window is the last 5 reads",
+    )
+    parser.add_argument(
+        "--scrape-concurrency",
+        type=int,
+        default=SETTINGS.scrape_concurrency,
+        help="most /metrics reads of one job in flight at once",
     )
     parser.add_argument(
         "--image",
@@ -81,6 +98,12 @@ def configure(args: argparse.Namespace) -> None:
     if args.scrape_interval <= 0:
         raise SystemExit("--scrape-interval must be > 0")
     SETTINGS.scrape_interval = args.scrape_interval
+    if args.replica_scrape_interval <= 0:
+        raise SystemExit("--replica-scrape-interval must be > 0")
+    if args.scrape_concurrency < 1:
+        raise SystemExit("--scrape-concurrency must be >= 1")
+    SETTINGS.replica_scrape_interval = args.replica_scrape_interval
+    SETTINGS.scrape_concurrency = args.scrape_concurrency
     SETTINGS.image = args.image
 
 

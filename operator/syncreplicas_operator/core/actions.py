@@ -13,6 +13,8 @@ from typing import Any, Final
 PODS_CREATED: Final = "pods_created"
 CHIEF_CLEANUPS: Final = "chief_cleanups"
 JOB_RESTARTS: Final = "job_restarts"
+RECOVERIES: Final = "recoveries"  # labelled by cause (recovery.CAUSES)
+STRAGGLER_EVICTIONS: Final = "straggler_evictions"
 
 # Event types (core/v1 Event.type).
 NORMAL: Final = "Normal"
@@ -70,10 +72,12 @@ class EmitEvent:
 
 @dataclass(frozen=True)
 class CountMetric:
-    """Add ``amount`` to an operator counter (PODS_CREATED, CHIEF_CLEANUPS, JOB_RESTARTS)."""
+    """Add ``amount`` to an operator counter (PODS_CREATED, CHIEF_CLEANUPS, JOB_RESTARTS,
+    RECOVERIES, STRAGGLER_EVICTIONS), with the counter's labels if it has any."""
 
     name: str
     amount: int = 1
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

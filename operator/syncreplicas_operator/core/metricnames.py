@@ -22,6 +22,22 @@ GRADIENT_STALENESS_COUNT: Final = f"{GRADIENT_STALENESS}_count"
 # One series per held-out metric, labelled ``name`` (accuracy, mse, ...).
 EVAL_METRIC: Final = "syncreplicas_eval_metric"
 EVAL_METRIC_NAME_LABEL: Final = "name"
+# The chief's: the global step it resumed from when it last joined a sync epoch.
+RESTORED_STEP: Final = "syncreplicas_restored_step"
+# The coordinator's (PS 0): R of the next update and the replicas pushing gradients.
+REPLICAS_TO_AGGREGATE: Final = "syncreplicas_replicas_to_aggregate"
+LIVE_REPLICAS: Final = "syncreplicas_live_replicas"
+# Every replica's start-up phase, the value of the runtime's ``phases.ReplicaPhase``.
+REPLICA_PHASE: Final = "syncreplicas_replica_phase"
+# ReplicaPhase value -> what the live view shows (a unit test checks the runtime's enum).
+REPLICA_PHASES: Final[dict[int, str]] = {
+    1: "importing",
+    2: "waiting for PS",
+    3: "gathering",
+    4: "training",
+    5: "coordinating",
+    6: "serving",
+}
 
 # Every family above, by the name the runtime registers it under.
 FAMILIES: Final = (
@@ -33,4 +49,8 @@ FAMILIES: Final = (
     GRADIENTS_PUSHED,
     GRADIENT_STALENESS,
     EVAL_METRIC,
+    RESTORED_STEP,
+    REPLICAS_TO_AGGREGATE,
+    LIVE_REPLICAS,
+    REPLICA_PHASE,
 )

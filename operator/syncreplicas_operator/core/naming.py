@@ -101,6 +101,7 @@ CONDITION_FAILED: Final = "Failed"
 CONDITION_SUSPENDED: Final = "Suspended"
 CONDITION_STALLED: Final = "Stalled"
 CONDITION_DEGRADED: Final = "Degraded"
+CONDITION_STRAGGLER_DETECTED: Final = "StragglerDetected"
 CONDITION_TYPES: Final = (
     CONDITION_CREATED,
     CONDITION_RUNNING,
@@ -110,6 +111,7 @@ CONDITION_TYPES: Final = (
     CONDITION_SUSPENDED,
     CONDITION_STALLED,
     CONDITION_DEGRADED,
+    CONDITION_STRAGGLER_DETECTED,
 )
 
 REASON_INVALID_SPEC: Final = "InvalidSpec"
@@ -132,6 +134,15 @@ REASON_STALLED: Final = "Stalled"
 REASON_PROGRESSING: Final = "Progressing"
 REASON_DEGRADED: Final = "BelowReplicaCount"
 REASON_TTL_EXPIRED: Final = "TTLExpired"
+# Recovery and stragglers: the coordinator aggregates fewer than R gradients per update,
+# training is whole again, a replica is back after a failure, straggler found / gone / evicted.
+REASON_AGGREGATING_FEWER: Final = "AggregatingFewerGradients"
+REASON_JOB_DEGRADED: Final = "Degraded"
+REASON_RECOVERED: Final = "Recovered"
+REASON_REPLICA_RECOVERED: Final = "ReplicaRecovered"
+REASON_STRAGGLER_DETECTED: Final = "StragglerDetected"
+REASON_STRAGGLER_CLEARED: Final = "StragglerCleared"
+REASON_STRAGGLER_EVICTED: Final = "StragglerEvicted"
 REASON_CLEANED_UP: Final = "CleanedUp"
 REASON_WRITE_FAILED: Final = "WriteFailed"
 REASON_GANG_SCHEDULER_MISSING: Final = "GangSchedulerMissing"

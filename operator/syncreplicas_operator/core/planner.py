@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final
 
-from . import exitcodes, manifests, naming
+from . import exitcodes, manifests, naming, recovery, straggler
 from .actions import (
     CHIEF_CLEANUPS,
     JOB_RESTARTS,
     NORMAL,
     PODS_CREATED,
+    RECOVERIES,
+    STRAGGLER_EVICTIONS,
     WARNING,
     Action,
     CountMetric,
@@ -33,7 +35,8 @@ from .actions import (
 )
 from .enums import ChiefRestartPolicy, CleanPodPolicy
 from .policy import ReplicaExitDecision, decide_replica_exit, job_failure_reason
-from .spec import Job
+from .recovery import Failure, SeenPod
+from .spec import Job, StragglerPolicy
 from .status import (
     POD_FAILED,
     POD_RUNNING,
@@ -59,6 +62,16 @@ class Observed:
     network_policy: bool = False
     # The chief's syncreplicas_global_step from its /metrics, None when not read this time.
     global_step: int | None = None
+    # --- recovery and stragglers (each None when not read this pass) ---
+    # The chief's syncreplicas_restored_step (read with the global step).
+    restored_step: int | None = None
+    # The coordinator's (PS 0) syncreplicas_replicas_to_aggregate and _live_replicas.
+    replicas_to_aggregate: int | None = None
+    live_replicas: int | None = None
+    # Replica key -> share of its gradients dropped as stale over the last window.
+    drop_fractions: Mapping[str, float] | None = None
+    # Plan.seen_pods of the last pass (None: this operator process has planned no pass yet).
+    seen_pods: Mapping[str, SeenPod] | None = None
     # Whether the job's PodGroup exists (None: not known, e.g. after an operator restart;
     # creating or deleting it again is harmless).
     pod_group: bool | None = None
@@ -77,6 +90,8 @@ class Plan:
     status: dict[str, Any]
     # Plan again after this many seconds even if nothing changes (deadlines, TTL, stall).
     requeue_after: float | None = None
+    # The pods as this pass leaves them, for the next pass's Observed.seen_pods.
+    seen_pods: Mapping[str, SeenPod] = field(default_factory=dict)
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,6 +128,10 @@ class _Planner:
             replica_type: int(count)
             for replica_type, count in (self.status.get("recreations") or {}).items()
         }
+        # Failures seen this pass, each the start of a recovery (status.lastRecovery).
+        self.failures: list[Failure] = recovery.detect_failures(
+            observed.seen_pods, observed.pods
+        )
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -190,6 +209,7 @@ class _Planner:
             actions=tuple(actions),
             status=self.status,
             requeue_after=min(self.requeue) if self.requeue else None,
+            seen_pods=recovery.remember(self.pods.values()),
         )
 
     def after_finish(self) -> None:
@@ -306,6 +326,7 @@ class _Planner:
             return
         self.create_and_prune()
         self.report_progress()
+        self.report_recovery()
 
     def deadline_exceeded(self) -> bool:
         deadline = self.spec.run_policy.active_deadline_seconds
@@ -368,6 +389,7 @@ class _Planner:
                 return True
             if decision is ReplicaExitDecision.RESTART:
                 self.delete_pods([pod])
+                self.failures.append(recovery.exit_failure(pod, pod.exit_code))
                 if not disrupted:
                     self.carry_restarts(pod.replica_type, 1)
                 restarted.append(f"{pod.name} ({why})")
@@ -606,20 +628,7 @@ class _Planner:
                 naming.REASON_RUNNING,
                 "every replica is running",
             )
-        if lost:
-            left = spec.total_replicas - len(lost)
-            self.condition(
-                naming.CONDITION_DEGRADED,
-                True,
-                naming.REASON_DEGRADED,
-                f"lost {len(lost)} worker(s) ({', '.join(sorted(lost))}); {left} of "
-                f"{spec.total_replicas} replicas left for replicasToAggregate "
-                f"{spec.replicas_to_aggregate}",
-            )
-        else:
-            self.condition(
-                naming.CONDITION_DEGRADED, False, naming.REASON_PROGRESSING, "no replica lost"
-            )
+        self.report_degraded(lost)
         self.track_step(is_running)
         stalled_why = ""
         left = spec.total_replicas - len(lost)
@@ -654,6 +663,180 @@ class _Planner:
         elif is_running and "lastProgressTime" not in self.status:
             # The stall clock starts when the job starts running.
             self.status["lastProgressTime"] = self.timestamp
+
+    # -- recovery and stragglers --------------------------------------------------------
+
+    def report_degraded(self, lost: list[str]) -> None:
+        """Degraded while updates aggregate fewer than R gradients (the coordinator's R, as
+        last read) or while workers are lost for good; an Event on every change."""
+        spec = self.spec
+        observed = self.observed
+        previous = self.status.get("replicasToAggregate")
+        if observed.replicas_to_aggregate is not None:
+            self.status["replicasToAggregate"] = observed.replicas_to_aggregate
+        if observed.live_replicas is not None:
+            self.status["liveReplicas"] = observed.live_replicas
+        aggregating = self.status.get("replicasToAggregate")
+        wanted = spec.replicas_to_aggregate
+        if aggregating is not None and aggregating < wanted:
+            reason = naming.REASON_AGGREGATING_FEWER
+            message = recovery.degraded_message(
+                aggregating, wanted, self.replicas_down(), self.status.get("liveReplicas")
+            )
+        elif lost:
+            left = spec.total_replicas - len(lost)
+            reason = naming.REASON_DEGRADED
+            message = (
+                f"lost {len(lost)} worker(s) ({', '.join(sorted(lost))}); {left} of "
+                f"{spec.total_replicas} replicas left for replicasToAggregate {wanted}"
+            )
+        else:
+            reason, message = naming.REASON_PROGRESSING, ""
+        was = condition_is_true(self.conditions, naming.CONDITION_DEGRADED)
+        if message:
+            flipped = self.condition(naming.CONDITION_DEGRADED, True, reason, message)
+            r_changed = previous is not None and previous != aggregating
+            if flipped or (was and r_changed):
+                self.event(WARNING, naming.REASON_JOB_DEGRADED, f"Degraded: {message}")
+            return
+        whole = f"aggregating {aggregating} of {wanted} gradients per update"
+        if aggregating is None:
+            whole = "no replica lost"
+        if self.condition(naming.CONDITION_DEGRADED, False, reason, whole):
+            self.event(NORMAL, naming.REASON_RECOVERED, f"Recovered: {whole}")
+
+    def replicas_down(self) -> list[str]:
+        """Chief and workers whose pod is not running and ready (by replica key)."""
+        ready = self.ready_replicas()
+        return [
+            naming.replica_key(t, i)
+            for t in (naming.CHIEF, naming.WORKER)
+            for i in range(self.spec.replica_count(t))
+            if naming.replica_key(t, i) not in ready
+        ]
+
+    def ready_replicas(self) -> frozenset[str]:
+        return frozenset(
+            naming.replica_key(p.replica_type, p.index)
+            for p in self.live_pods()
+            if p.ready and p.phase == POD_RUNNING
+        )
+
+    def report_recovery(self) -> None:
+        """status.lastRecovery from this pass's failures, then stragglers."""
+        observed = self.observed
+        rejoined = None
+        if observed.restored_step is not None:
+            known = self.status.get("restoredStep")
+            if known is not None and known != observed.restored_step:
+                rejoined = observed.restored_step
+            self.status["restoredStep"] = observed.restored_step
+        progress = recovery.Progress(
+            global_step=self.status.get("globalStep"),
+            rejoined_from=rejoined,
+            ready=self.ready_replicas(),
+        )
+        self.track_recovery(progress)
+        self.report_straggler()
+
+    def track_recovery(self, progress: recovery.Progress) -> None:
+        update = recovery.track_recovery(
+            self.status.get("lastRecovery"), self.failures, progress, self.timestamp
+        )
+        if update.record is not None:
+            self.status["lastRecovery"] = update.record
+        for failure in update.started:
+            self.actions.append(CountMetric(RECOVERIES, labels=(("cause", failure.cause),)))
+        if update.ended and update.record is not None:
+            started = parse_time(update.record.get("startedAt"))
+            took = (self.now - started).total_seconds() if started else None
+            self.event(
+                NORMAL,
+                naming.REASON_REPLICA_RECOVERED,
+                recovery.recovered_message(update.record, took),
+            )
+
+    def report_straggler(self) -> None:
+        """StragglerDetected, and under runPolicy.stragglerPolicy the eviction."""
+        policy = self.spec.run_policy.straggler_policy
+        threshold = (
+            policy.min_drop_fraction if policy else straggler.DEFAULT_MIN_DROP_FRACTION
+        )
+        ready = self.ready_replicas()
+        recovering = recovery.in_progress(self.status.get("lastRecovery"))
+
+        def evictable(replica: str) -> bool:
+            # Never the chief (it writes the checkpoints) and one eviction at a time: the
+            # last failure's replica must be back and training first.
+            return replica.startswith(f"{naming.WORKER}-") and replica in ready and not recovering
+
+        decision = straggler.decide_straggler(
+            self.status.get("straggler"),
+            self.observed.drop_fractions,
+            threshold,
+            policy.evict_after_seconds if policy else None,
+            self.now,
+            evictable,
+        )
+        if decision.state is None:
+            self.status.pop("straggler", None)
+        else:
+            self.status["straggler"] = decision.state
+        if decision.evict_in is not None:
+            self.requeue.append(decision.evict_in)
+        if decision.detected is not None and decision.state is not None:
+            message = straggler.straggler_message(decision.state, threshold)
+            self.condition(
+                naming.CONDITION_STRAGGLER_DETECTED,
+                True,
+                naming.REASON_STRAGGLER_DETECTED,
+                message,
+            )
+            self.event(WARNING, naming.REASON_STRAGGLER_DETECTED, f"straggler {message}")
+        elif decision.state is not None:
+            # Same straggler, the latest fraction (the transition time stays).
+            self.condition(
+                naming.CONDITION_STRAGGLER_DETECTED,
+                True,
+                naming.REASON_STRAGGLER_DETECTED,
+                straggler.straggler_message(decision.state, threshold),
+            )
+        if decision.evict is not None:
+            self.evict_straggler(decision.evict, policy)
+        elif decision.cleared is not None and decision.state is None:
+            message = f"{decision.cleared} is no longer a straggler"
+            self.condition(
+                naming.CONDITION_STRAGGLER_DETECTED,
+                False,
+                naming.REASON_STRAGGLER_CLEARED,
+                message,
+            )
+            self.event(NORMAL, naming.REASON_STRAGGLER_CLEARED, message)
+
+    def evict_straggler(
+        self, replica: str, policy: StragglerPolicy | None
+    ) -> None:
+        index = int(replica.rsplit("-", 1)[1])
+        pod = self.pods.get(naming.replica_name(self.job.name, naming.WORKER, index))
+        if pod is None or policy is None:
+            return
+        self.delete_pods([pod])
+        message = (
+            f"deleted {pod.name}: its gradients were dropped as stale above "
+            f"{100 * policy.min_drop_fraction:.0f}% for {policy.evict_after_seconds}s "
+            "(runPolicy.stragglerPolicy); the scheduler places its replacement"
+        )
+        self.failures = [
+            Failure(replica, recovery.CAUSE_STRAGGLER_EVICTED, f"{pod.name} evicted as a straggler")
+        ]
+        self.track_recovery(
+            recovery.Progress(self.status.get("globalStep"), None, self.ready_replicas())
+        )
+        self.actions.append(CountMetric(STRAGGLER_EVICTIONS))
+        self.condition(
+            naming.CONDITION_STRAGGLER_DETECTED, False, naming.REASON_STRAGGLER_EVICTED, message
+        )
+        self.event(WARNING, naming.REASON_STRAGGLER_EVICTED, message)
 
 
 def _disrupted(pod: ObservedPod) -> str:

@@ -44,6 +44,8 @@ DEFAULT_STARTUP_TIMEOUT_SECONDS: Final = 300
 DEFAULT_CHIEF_LOST_TIMEOUT_SECONDS: Final = 120
 DEFAULT_BACKOFF_LIMIT: Final = 6
 DEFAULT_STALL_TIMEOUT_SECONDS: Final = 300
+# The share of a replica's gradients dropped as stale above which it is a straggler.
+DEFAULT_MIN_DROP_FRACTION: Final = 0.5
 
 ENTRYPOINT_PATTERN: Final = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 # "" means no checkpoints; anything else must be an absolute path inside the container.
@@ -114,6 +116,14 @@ class MetricsSpec:
 
 
 @dataclass(frozen=True)
+class StragglerPolicy:
+    """Evict (delete the pod of) a worker whose gradients are dropped as stale too often."""
+
+    evict_after_seconds: int
+    min_drop_fraction: float = DEFAULT_MIN_DROP_FRACTION
+
+
+@dataclass(frozen=True)
 class SchedulingPolicy:
     """``runPolicy.schedulingPolicy``: gang scheduling through a PodGroup."""
 
@@ -135,6 +145,8 @@ class RunPolicy:
     clean_pod_policy: CleanPodPolicy = CleanPodPolicy.RUNNING
     suspend: bool = False
     scheduling_policy: SchedulingPolicy | None = None
+    # None: stragglers are reported (StragglerDetected), never evicted.
+    straggler_policy: StragglerPolicy | None = None
 
 
 @dataclass(frozen=True)
@@ -417,6 +429,7 @@ _RUN_POLICY_FIELDS: Final = (
     "cleanPodPolicy",
     "suspend",
     "schedulingPolicy",
+    "stragglerPolicy",
 )
 _SCHEDULING_POLICY_FIELDS: Final = (
     "gangScheduler",
@@ -424,6 +437,7 @@ _SCHEDULING_POLICY_FIELDS: Final = (
     "scheduleTimeoutSeconds",
     "queue",
 )
+_STRAGGLER_POLICY_FIELDS: Final = ("evictAfterSeconds", "minDropFraction")
 _ROLE_FIELDS: Final = ("template",)
 
 
@@ -530,6 +544,7 @@ def _run_policy(c: _Checker, spec: Mapping[str, Any], path: str) -> RunPolicy:
         ),
         suspend=c.boolean(raw, "suspend", f"{path}.suspend", default=False),
         scheduling_policy=_scheduling_policy(c, raw, f"{path}.schedulingPolicy"),
+        straggler_policy=_straggler_policy(c, raw, f"{path}.stragglerPolicy"),
     )
 
 
@@ -570,6 +585,24 @@ def _scheduling_policy(
         schedule_timeout_seconds=timeout,
         queue=queue,
     )
+
+
+def _straggler_policy(
+    c: _Checker, run_policy: Mapping[str, Any], path: str
+) -> StragglerPolicy | None:
+    raw = c.mapping(run_policy, "stragglerPolicy", path)
+    if raw is None:
+        return None
+    c.unknown(raw, _STRAGGLER_POLICY_FIELDS, path)
+    evict_after = c.required_integer(
+        raw, "evictAfterSeconds", f"{path}.evictAfterSeconds", minimum=1
+    )
+    fraction = c.positive_number(
+        raw, "minDropFraction", f"{path}.minDropFraction", default=DEFAULT_MIN_DROP_FRACTION
+    )
+    if fraction > 1:
+        c.add(f"{path}.minDropFraction", f"must be <= 1, got {raw['minDropFraction']}")
+    return StragglerPolicy(evict_after_seconds=evict_after, min_drop_fraction=fraction)
 
 
 def _template(c: _Checker, parent: Mapping[str, Any], path: str) -> dict[str, Any]:

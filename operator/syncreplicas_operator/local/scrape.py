@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prometheus_client.metrics_core import Metric
 
@@ -27,6 +27,9 @@ class Sample:
     at: float  # seconds since the run started
     values: Mapping[str, float]
     families: tuple[Metric, ...] = field(repr=False, default=())
+    # False once a later scrape found no endpoint: the process is down or a new
+    # incarnation is still importing, so these values are the previous one's.
+    live: bool = True
 
     def get(self, name: str, default: float | None = None) -> float | None:
         return self.values.get(name, default)
@@ -86,6 +89,10 @@ class MetricsScraper:
     def _scrape(self, replica: str) -> None:
         text = fetch(self._targets[replica], timeout=self._timeout)
         if text is None:
+            with self._lock:
+                last = self._latest.get(replica)
+                if last is not None and last.live:
+                    self._latest[replica] = replace(last, live=False)
             return
         try:
             families = metricstext.parse(text)

@@ -27,7 +27,7 @@ from .series import eval_label, eval_series
 
 @dataclass(frozen=True)
 class ReplicaState:
-    state: str  # starting | running | exited 0 | restarting (exit 75) | failed (exit 65) ...
+    state: str  # pending | running | exited 0 | restarting (exit 75) | failed (exit 65) ...
     restarts: int
     pid: int | None
 
@@ -60,6 +60,31 @@ def _eval(latest: Mapping[str, Sample]) -> tuple[str | None, float | None]:
     return (eval_label(key), chief.values[key]) if key else (None, None)
 
 
+# Phases in which a replica does its job (shown green).
+_WORKING = ("training", "coordinating", "serving")
+
+
+def replica_phase(state: ReplicaState, sample: Sample | None) -> str:
+    """What a replica is doing: its process state, or while its process runs, its start-up
+    phase as it exports it (``importing`` until its metrics endpoint answers)."""
+    if state.state != "running":
+        return state.state
+    if sample is None or not sample.live:
+        return "importing"
+    value = sample.values.get(metricnames.REPLICA_PHASE)
+    if value is None:
+        return "running"  # a runtime that does not export its phase
+    return metricnames.REPLICA_PHASES.get(int(value), "running")
+
+
+def replica_values(state: ReplicaState, sample: Sample | None) -> Mapping[str, float]:
+    """The values a replica's row shows: none for a running process that has not answered
+    yet (a restarted replica's previous values are not its own)."""
+    if sample is None or (state.state == "running" and not sample.live):
+        return {}
+    return sample.values
+
+
 def render(model: ViewModel) -> Group:
     """The whole view: a headline and one row per replica."""
     head = Text()
@@ -77,14 +102,15 @@ def render(model: ViewModel) -> Group:
         table.add_column(column, justify="left" if column in ("replica", "state") else "right")
     for replica, state in model.replicas.items():
         sample = model.latest.get(replica)
-        values = sample.values if sample else {}
+        values = replica_values(state, sample)
         count = values.get(metricnames.GRADIENT_STALENESS_COUNT)
         total = values.get(metricnames.GRADIENT_STALENESS_SUM, 0.0)
         staleness = (total / count) if count else None
-        style = "green" if state.state == "running" else ("red" if "fail" in state.state else "")
+        phase = replica_phase(state, sample)
+        style = "green" if phase in _WORKING else ("red" if "fail" in phase else "")
         table.add_row(
             replica,
-            Text(state.state, style=style),
+            Text(phase, style=style),
             _fmt(values.get(metricnames.LOCAL_STEP), ".0f"),
             _fmt(staleness, ".2f"),
             _fmt(values.get(metricnames.STALE_GRADIENTS_DROPPED), ".0f"),

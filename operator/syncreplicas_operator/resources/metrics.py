@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from ..core import actions, naming
+from ..core import actions, naming, recovery
 
 
 class OperatorMetrics:
@@ -44,18 +44,34 @@ class OperatorMetrics:
             "Whole-job restarts (chiefRestartPolicy RestartJob).",
             registry=registry,
         )
-        self._counters = {
+        self.recoveries = Counter(
+            "syncreplicas_operator_recoveries_total",
+            "Replica failures that started a recovery (status.lastRecovery), by cause.",
+            ["cause"],
+            registry=registry,
+        )
+        self.straggler_evictions = Counter(
+            "syncreplicas_operator_straggler_evictions_total",
+            "Straggler pods deleted under runPolicy.stragglerPolicy.",
+            registry=registry,
+        )
+        for cause in recovery.CAUSES:
+            self.recoveries.labels(cause=cause)  # every cause exported, even at zero
+        self._counters: dict[str, Counter] = {
             actions.PODS_CREATED: self.pods_created,
             actions.CHIEF_CLEANUPS: self.chief_cleanups,
             actions.JOB_RESTARTS: self.job_restarts,
+            actions.RECOVERIES: self.recoveries,
+            actions.STRAGGLER_EVICTIONS: self.straggler_evictions,
         }
         self._phases: dict[tuple[str, str], str] = {}
         for phase in naming.PHASES:
             self.jobs.labels(phase=phase).set(0)
 
-    def count(self, name: str, amount: int = 1) -> None:
+    def count(self, name: str, amount: int = 1, labels: Mapping[str, str] | None = None) -> None:
         """Apply a planner's CountMetric."""
-        self._counters[name].inc(amount)
+        counter = self._counters[name]
+        (counter.labels(**labels) if labels else counter).inc(amount)
 
     def set_phase(self, namespace: str, name: str, phase: str | None) -> None:
         """Record a job's phase (None: the job is gone) and refresh the gauge."""

@@ -1,0 +1,124 @@
+"""Read the job's replicas' ``/metrics`` for its status.
+
+Every scrape interval: the chief's global and restored step, and the coordinator's (PS
+0's) R and live replicas. Every replica scrape interval (longer): the gradient counters of
+every replica that pushes gradients (the chief and the workers), for the straggler window,
+at most ``concurrency`` reads at once. Each read is one HTTP GET of a few kilobytes served
+by the runtime's metrics thread (no TensorFlow call): for W workers that is W + 1 GETs per
+replica interval, e.g. 1000 workers every 30 s is about 33 GETs/s and ~150 KB/s. A failed
+read is logged and skipped (the next interval tries again), never an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import aiohttp
+
+from ..core import metricnames, metricstext, naming
+from ..core.status import POD_RUNNING, ObservedPod
+from ..core.straggler import GradientCounts, Scrape
+
+log = logging.getLogger("syncreplicas.operator")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the chief and the coordinator said this interval (None: not read)."""
+
+    global_step: int | None = None
+    restored_step: int | None = None
+    replicas_to_aggregate: int | None = None
+    live_replicas: int | None = None
+
+
+def running_pod(pods: Iterable[ObservedPod], replica_type: str, index: int) -> ObservedPod | None:
+    """The replica's pod when it runs and has an IP to read from."""
+    return next(
+        (
+            pod
+            for pod in pods
+            if pod.replica_type == replica_type
+            and pod.index == index
+            and pod.phase == POD_RUNNING
+            and pod.pod_ip
+            and not pod.deleting
+        ),
+        None,
+    )
+
+
+def running_chief(pods: Iterable[ObservedPod]) -> ObservedPod | None:
+    return running_pod(pods, naming.CHIEF, 0)
+
+
+async def read_values(
+    session: aiohttp.ClientSession, pod_ip: str, port: int
+) -> dict[str, float] | None:
+    """Flat sample values of ``http://pod_ip:port/metrics``; None if unreadable."""
+    url = f"http://{pod_ip}:{port}/metrics"
+    try:
+        async with session.get(url) as response:
+            text = await response.text()
+        return metricstext.flatten(metricstext.parse(text))
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        log.info("could not read %s: %s", url, exc)
+        return None
+
+
+def _int(values: dict[str, float] | None, name: str) -> int | None:
+    value = (values or {}).get(name)
+    return None if value is None else int(value)
+
+
+async def read_progress(pods: Iterable[ObservedPod], port: int, timeout: float) -> Progress:
+    """The chief's steps and the coordinator's R, read side by side."""
+    pods = list(pods)
+    targets = [running_chief(pods), running_pod(pods, naming.PS, 0)]
+    client_timeout = aiohttp.ClientTimeout(total=timeout)
+    async with aiohttp.ClientSession(timeout=client_timeout) as session:
+
+        async def read(pod: ObservedPod | None) -> dict[str, float] | None:
+            return None if pod is None else await read_values(session, pod.pod_ip, port)
+
+        chief, coordinator = await asyncio.gather(*(read(p) for p in targets))
+    return Progress(
+        global_step=_int(chief, metricnames.GLOBAL_STEP),
+        restored_step=_int(chief, metricnames.RESTORED_STEP),
+        replicas_to_aggregate=_int(coordinator, metricnames.REPLICAS_TO_AGGREGATE),
+        live_replicas=_int(coordinator, metricnames.LIVE_REPLICAS),
+    )
+
+
+async def read_gradients(
+    pods: Iterable[ObservedPod], port: int, timeout: float, concurrency: int
+) -> Scrape:
+    """Pushed and dropped gradient counters of every running chief and worker."""
+    targets = [
+        pod
+        for pod in pods
+        if pod.replica_type in (naming.CHIEF, naming.WORKER)
+        and pod.phase == POD_RUNNING
+        and pod.pod_ip
+        and not pod.deleting
+    ]
+    limit = asyncio.Semaphore(max(1, concurrency))
+    client_timeout = aiohttp.ClientTimeout(total=timeout)
+    connector = aiohttp.TCPConnector(limit=max(1, concurrency))
+    async with aiohttp.ClientSession(timeout=client_timeout, connector=connector) as session:
+
+        async def read(pod: ObservedPod) -> tuple[str, GradientCounts] | None:
+            async with limit:
+                values = await read_values(session, pod.pod_ip, port)
+            pushed = (values or {}).get(metricnames.GRADIENTS_PUSHED)
+            if values is None or pushed is None:
+                return None
+            dropped = values.get(metricnames.STALE_GRADIENTS_DROPPED, 0.0)
+            key = naming.replica_key(pod.replica_type, pod.index)
+            return key, GradientCounts(pushed=pushed, dropped=dropped)
+
+        results = await asyncio.gather(*(read(p) for p in targets))
+    return dict(r for r in results if r is not None)
