@@ -27,7 +27,7 @@ takes (counts only grow while it waits; only the coordinator takes).
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import tensorflow as tf
@@ -38,6 +38,7 @@ from .names import (
     AGGREGATE_VARIABLE,
     CHIEF_STARTS_VARIABLE,
     HEARTBEAT_VARIABLE,
+    PUSHED_STEP_VARIABLE,
     SYNC_STATE_DEVICE,
     container_name,
     push_queue_name,
@@ -162,6 +163,9 @@ class TrainingGraph:
     saver: Any
     epoch: int
     packing: Packing | None = None    # training.packVariables: the packed PS variables
+    # Rejoining: this replica's last pushed step and the global step; take the token only.
+    already_pushed: dict[str, Any] = field(default_factory=dict)
+    skip: dict[str, Any] = field(default_factory=dict)
 
 
 def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> TrainingGraph:
@@ -211,6 +215,8 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                                             cfg.replicas_to_aggregate), **kw)
             heartbeat = v1.get_variable(HEARTBEAT_VARIABLE, [total], tf.float64,
                                         initializer=v1.zeros_initializer(), **kw)
+            pushed_step = v1.get_variable(PUSHED_STEP_VARIABLE, [total], tf.int64,
+                                          initializer=v1.constant_initializer(-1), **kw)
             r_now = aggregate.read_value()
         for op in take_ops(sync_opt):
             op._update_input(1, r_now)
@@ -225,8 +231,11 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                 beat = tf.raw_ops.ResourceScatterUpdate(
                     resource=heartbeat.handle, indices=[replica],
                     updates=tf.reshape(tf.timestamp(), [1]))
+                mark = tf.raw_ops.ResourceScatterUpdate(
+                    resource=pushed_step.handle, indices=[replica],
+                    updates=tf.reshape(tf.cast(gs_at_push, tf.int64), [1]))
                 pushed = pushes.enqueue(replica)
-            with tf.control_dependencies([*apply_ops, beat, pushed]):
+            with tf.control_dependencies([*apply_ops, beat, mark, pushed]):
                 token = queues[replica].dequeue()
             with tf.control_dependencies([token]):
                 gs_after = global_step.read_value()
@@ -246,6 +255,21 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                                      packing.refresh([sync_opt.local_step_init_op]))
         fetches = {"train": train_op, "loss": built.loss, "gs_at_push": gs_at_push,
                    "gs_after": gs_after, "t_pushed": t_pushed, "t_token": t_token}
+        # Rejoining a running epoch: an earlier process of this replica may have pushed its
+        # gradient for the current step and died waiting for the token. That gradient is
+        # in the accumulators; pushing the same step again would count this replica twice
+        # in one update. The rejoiner then only takes its token (steploop.py).
+        with tf.device(SYNC_STATE_DEVICE):
+            already = {"pushed": pushed_step.read_value()[replica],
+                       "global_step": global_step.read_value()}
+            waited = queues[replica].dequeue()
+            with tf.control_dependencies([waited]):
+                gs_waited = global_step.read_value()
+        with tf.device(own):
+            skip_op = sync_opt._local_step.assign(gs_waited, read_value=False)
+        if packing is not None:
+            skip_op = tf.group(skip_op, packing.refresh([gs_waited]))
+        skip = {"skip": skip_op, "gs_after": gs_waited}
         with tf.device(SYNC_STATE_DEVICE):
             with tf.control_dependencies([update_op]):
                 gs_new = global_step.read_value()
@@ -273,7 +297,9 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         with tf.device(SYNC_STATE_DEVICE):
             r_value = v1.placeholder(tf.int32, [])
             init = tf.group(aggregate.assign(cfg.replicas_to_aggregate, read_value=False),
-                            heartbeat.assign(tf.fill([total], tf.timestamp()), read_value=False))
+                            heartbeat.assign(tf.fill([total], tf.timestamp()), read_value=False),
+                            pushed_step.assign(tf.fill([total], tf.constant(-1, tf.int64)),
+                                               read_value=False))
 
             def read_state() -> dict[str, Any]:
                 # Built here, under the caller's control dependencies: counts read before
@@ -316,4 +342,5 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         chief_init_op=chief_init_op, sync_op=sync_op, gate_tokens_op=gate_tokens_op,
         close_tokens_op=close_tokens_op, depth=depth, pending=pending, elastic=elastic,
         seqlock=seqlock,
-        report_uninitialized=report, saver=saver, epoch=epoch, packing=packing)
+        report_uninitialized=report, saver=saver, epoch=epoch, packing=packing,
+        already_pushed=already, skip=skip)

@@ -19,6 +19,8 @@ CHIEF_STARTS_VARIABLE = "syncreplicas/chief_starts"
 # Elastic R (not checkpointed: the coordinator sets them when it opens an epoch).
 AGGREGATE_VARIABLE = "syncreplicas/replicas_to_aggregate"
 HEARTBEAT_VARIABLE = "syncreplicas/heartbeat"
+# Per replica: the global step its last accepted push was tagged with (-1: none this epoch).
+PUSHED_STEP_VARIABLE = "syncreplicas/pushed_step"
 # Counts the halves of every update (odd while one is applied): snapshot.py's seqlock.
 SNAPSHOT_SEQ_VARIABLE = "syncreplicas/update_seq"
 GLOBAL_STEP_VARIABLE = "global_step"

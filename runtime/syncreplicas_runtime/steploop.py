@@ -30,15 +30,37 @@ class StepLoop:
         self.window_start = time.monotonic()
         self.window_step = tag
         self.last_eval = tag
+        self.joined = False
+
+    def join(self) -> None:
+        """Before this process's first push in the epoch: if an earlier process of this
+        replica already pushed for the current global step (it died waiting for its
+        token), that gradient counts; take the token of that update instead of pushing the
+        same step again (which would put this replica in one update twice)."""
+        self.joined = True
+        seen = self.sess.run(self.training.already_pushed)
+        if int(seen["pushed"]) != int(seen["global_step"]):
+            return
+        self.ctx.log(f"this replica's gradient for global step {int(seen['global_step'])} "
+                     "was pushed before its restart; waiting for that update")
+        self.tag = int(self.sess.run(self.training.skip)["gs_after"])
+        self.ctx.progress()
+
+    def debug_delay(self) -> float:
+        """Sleep the debug step delay; one read from a file is cut short when it changes."""
+        start = time.monotonic()
+        while (elapsed := time.monotonic() - start) < self.ctx.current_step_delay():
+            time.sleep(min(0.05, self.ctx.step_delay - elapsed))
+        return time.monotonic() - start
 
     def step(self) -> int:
         """One training step; returns the global step after it. Raises TF errors."""
         ctx, m = self.ctx, self.ctx.metrics
+        if not self.joined:
+            self.join()
         model = self.training.model
         feed = model.feed_for(self.sess, self.tag)
-        delay = ctx.current_step_delay()
-        if delay:
-            time.sleep(delay)
+        delay = self.debug_delay()
         t0 = time.monotonic()
         out = self.sess.run(self.training.fetches, feed_dict=feed)
         took = time.monotonic() - t0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from syncreplicas_runtime.models import linear
 
-from tests.runtime.rtutil import linear_job, logged_steps, runtime_env
+from tests.runtime.rtutil import StepDelay, linear_job, logged_steps, runtime_env
 from tests.support.tfcluster import metric_value, start_cluster
 
 pytestmark = pytest.mark.slow
@@ -171,4 +171,44 @@ def test_many_variables_packed_over_two_ps_match_single_process(tmp_path: Path) 
     w = np.concatenate([reader.get_tensor(f"linear/w_{i}") for i in range(variables - 1)])
     w_ref, b_ref, _ = reference_sgd(0, 3, steps, 8, dim, lr)
     np.testing.assert_allclose(w, w_ref, rtol=1e-4, atol=1e-5)
+    assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
+
+
+def test_a_restarted_replica_does_not_push_the_step_it_pushed_before_dying(
+        tmp_path: Path) -> None:
+    """Worker 0 pushes its gradient and is SIGKILLed while it waits for the token; the
+    update still needs the chief's gradient (its step is held back). The restarted worker
+    joins the running epoch: its earlier gradient counts, so it takes the token instead of
+    pushing that step again (which would count it twice in one update)."""
+    steps, lr = 40, 0.05
+    ckpt = tmp_path / "ckpt"
+    job = linear_job(training__maxSteps=steps, training__learningRate=lr,
+                     training__checkpointDir=str(ckpt), training__logEverySteps=100)
+    chief_delay = StepDelay(tmp_path / "chief-delay", 200)
+    with start_cluster(job, workers=1, ps=1, workdir=tmp_path, env=runtime_env(),
+                       extra_env_per_replica={("chief", 0): chief_delay.env}) as cluster:
+        deadline = time.monotonic() + 240
+        while (metric_value(cluster.try_metrics_text("chief", 0) or "",
+                            "syncreplicas_global_step") or 0) < 10:
+            assert time.monotonic() < deadline, cluster.logs()
+            time.sleep(0.1)
+        chief_delay.set(600_000)  # the chief's next step waits (until set back below)
+        time.sleep(2.0)  # worker 0 pushed its next step and waits for the chief's gradient
+        cluster.restart("worker", 0)
+        deadline = time.monotonic() + 240
+        while cluster.log("worker", 0).count("training in sync epoch") < 2:
+            assert time.monotonic() < deadline, cluster.logs()
+            time.sleep(0.2)
+        time.sleep(2.0)  # its first step (a push, or only the token) is under way
+        chief_delay.set(0)
+        codes = cluster.wait(timeout=240)
+        logs = cluster.logs()
+    assert codes == ALL_OK, logs
+    assert "was pushed before its restart; waiting for that update" in cluster.log("worker", 0)
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(ckpt))
+    assert int(reader.get_tensor("global_step")) == steps
+    w_ref, b_ref, _ = reference_sgd(0, 2, steps, 8, 4, lr)
+    np.testing.assert_allclose(reader.get_tensor("linear/w"), w_ref, rtol=1e-4, atol=1e-5)
     assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
