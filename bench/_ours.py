@@ -170,10 +170,12 @@ def start(
     model_args: Mapping[str, Any] | None = None,
     min_replicas_to_aggregate: int | None = None,
     snapshot_every_steps: int | None = None,
+    batch_size: int = 32,
 ) -> OursRun:
     spec = job(
         replicas_to_aggregate,
         max_steps,
+        batch_size=batch_size,
         metrics=metrics,
         checkpoint_dir=checkpoint_dir,
         checkpoint_every_steps=checkpoint_every_steps,
