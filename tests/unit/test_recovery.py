@@ -422,6 +422,24 @@ def test_degraded_follows_the_coordinators_r_with_an_event_per_change() -> None:
     assert events(plan) == [("Recovered", "Recovered: aggregating 3 of 3 gradients per update")]
 
 
+def test_a_job_that_finishes_degraded_is_no_longer_degraded() -> None:
+    world = running(minReplicasToAggregate=1)
+    world.pods["j-worker-1"] = replace(world.pods["j-worker-1"], ready=False)
+    world.plan(replicas_to_aggregate=2, live_replicas=2)
+    assert world.is_true("Degraded")
+    world.pods["j-chief-0"] = replace(world.pods["j-chief-0"], phase="Succeeded", exit_code=0)
+    world.tick(1)
+    world.plan()
+    assert world.is_true("Succeeded")
+    degraded = world.condition("Degraded")
+    assert degraded is not None and degraded["status"] == "False"
+    assert degraded["reason"] == world.condition("Succeeded")["reason"]
+    # a finished job's later passes leave it as it is
+    world.tick(5)
+    world.plan(replicas_to_aggregate=2, live_replicas=2)
+    assert not world.is_true("Degraded")
+
+
 def test_a_worker_exit_is_recovered_with_no_steps_lost() -> None:
     world = running(runPolicy={"restartPolicy": "ExitCode"})
     world.pods["j-worker-1"] = replace(world.pods["j-worker-1"], phase="Failed", exit_code=137)

@@ -278,6 +278,8 @@ class _Planner:
             naming.CONDITION_RUNNING,
             naming.CONDITION_RESTARTING,
             naming.CONDITION_STALLED,
+            naming.CONDITION_DEGRADED,
+            naming.CONDITION_STRAGGLER_DETECTED,
         ):
             self.condition(other, False, reason, message)
         self.status["completionTime"] = self.timestamp
