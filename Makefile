@@ -67,6 +67,7 @@ bench: venv tools
 	$(PY) bench/runtime.py
 	$(PY) bench/recovery.py
 	$(PY) bench/operator.py
+	$(PY) bench/input.py
 
 crds:
 	mkdir -p charts/syncreplicas/crds

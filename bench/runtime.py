@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -300,9 +302,32 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not opts.keep_logs:
             shutil.rmtree(root, ignore_errors=True)
+    packing = sorted({c.variables for c in all_cells if c.packing})
+    alone = model_alone(packing, opts) if packing else {}
     print()
-    print(report(all_cells, systems, results, opts))
+    print(report(all_cells, systems, results, opts, alone))
     return 0
+
+
+def model_alone(counts: list[int], opts: argparse.Namespace) -> dict[int, float | None]:
+    """Median steps/s of the packing model trained alone (bench/_modelalone.py: one
+    process, no PS, no sync) per variable count: the graph's own cost of more variables."""
+    print(f"  model alone (1 process, no PS): {', '.join(map(str, counts))} variables, "
+          f"{opts.repeats} repeat(s)", flush=True)
+    command = [sys.executable, str(Path(__file__).resolve().parent / "_modelalone.py"),
+               f"--variables={','.join(map(str, counts))}", f"--dim={PACKING_DIM}",
+               f"--batch-size={PACKING_BATCH}", f"--repeats={opts.repeats}"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                              check=True)
+        rates = json.loads(done.stdout.strip().splitlines()[-1])["steps_per_s"]
+    except (subprocess.SubprocessError, ValueError, KeyError, IndexError) as err:
+        print(f"  model alone failed: {err}", flush=True)
+        return {}
+    out = {n: obs.median(rates.get(str(n), [])) for n in counts}
+    print("  model alone steps/s: " + ", ".join(
+        f"{n} variables {obs.fmt(v, '.0f')}" for n, v in out.items()), flush=True)
+    return out
 
 
 def estimate_s(runs: int, opts: argparse.Namespace) -> float:
@@ -315,6 +340,7 @@ def report(
     systems: list[str],
     results: dict[tuple[str, str], list[Result]],
     opts: argparse.Namespace,
+    alone: dict[int, float | None] | None = None,
 ) -> str:
     """Markdown tables of medians over the repeats, and the ratios."""
 
@@ -376,14 +402,18 @@ def report(
         )
     packing = [c for c in all_cells if c.packing]
     if packing:
-        lines += ["", packing_report(packing, systems, med)]
+        lines += ["", packing_report(packing, systems, med, alone or {})]
     return "\n".join(lines)
 
 
 def packing_report(
-    packing: list[Cell], systems: list[str], med: Callable[[Cell, str, str], float | None]
+    packing: list[Cell],
+    systems: list[str],
+    med: Callable[[Cell, str, str], float | None],
+    alone: dict[int, float | None],
 ) -> str:
-    """Steps/s ratios of the packing cells against their targets."""
+    """Steps/s ratios of the packing cells against their targets, and the same model
+    trained alone (one process, no PS) for reference."""
     lines = ["| packing | ratio | value | target |", "| --- | --- | --- | --- |"]
 
     def ratio(a: Cell, sa: str, b: Cell, sb: str, attr: str = "steps_per_s") -> str:
@@ -410,6 +440,13 @@ def packing_report(
                 f"| {ps} PS | ours at {many.variables} / at {few.variables} variables: steps/s "
                 f"| {ratio(many, 'ours', few, 'ours')} | >= {PACKING_FLAT_TARGET:g}x |"
             )
+    few_n, many_n = min(PACKING_VARIABLES), max(PACKING_VARIABLES)
+    if alone.get(few_n) and alone.get(many_n):
+        lines.append(
+            f"| model alone (1 process, no PS, no sync) | at {many_n} / at {few_n} variables: "
+            f"steps/s ({obs.fmt(alone[many_n], '.0f')} / {obs.fmt(alone[few_n], '.0f')}) | "
+            f"{obs.fmt(obs.ratio(alone[many_n], alone[few_n]), '.2f', 'x')} | reference |"
+        )
     return "\n".join(lines)
 
 

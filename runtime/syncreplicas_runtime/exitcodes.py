@@ -1,7 +1,7 @@
 """Exit codes of the runtime: the part of the operator contract that says whether to retry.
 
 See docs/contract.md. The operator keeps the same numbers in
-``syncreplicas_operator.exitcodes``; a unit test checks that the two agree.
+``syncreplicas_operator.core.exitcodes``; a unit test checks that the two agree.
 """
 
 from __future__ import annotations
