@@ -13,6 +13,7 @@ from syncreplicas_operator.local.scrape import MetricsScraper, Sample
 from syncreplicas_operator.local.view import (
     ReplicaState,
     ViewModel,
+    headline_step,
     render,
     replica_phase,
     replica_values,
@@ -120,3 +121,21 @@ def test_a_replica_that_stops_answering_keeps_its_values_marked_not_live() -> No
     after = scraper.latest()["worker-0"]
     assert not after.live and after.values == first.values
     assert replica_phase(RUNNING, after) == "importing"
+
+
+def test_the_headline_step_is_the_chiefs_after_a_ps_loss() -> None:
+    step = metricnames.GLOBAL_STEP
+
+    def at(replica: str, value: float, live: bool = True) -> Sample:
+        return Sample(replica, 1.0, {step: value}, live=live)
+
+    # PS lost at 250, training resumed from the snapshot at 243: the chief knows first,
+    # a worker still waiting shows the step before the loss
+    assert headline_step({"chief-0": at("chief-0", 243), "worker-0": at("worker-0", 250)}) == 243
+    # the chief restarting: the live workers' highest, not a stale one's
+    latest = {"chief-0": at("chief-0", 300, live=False), "worker-0": at("worker-0", 243),
+              "worker-1": at("worker-1", 244), "worker-2": at("worker-2", 250, live=False)}
+    assert headline_step(latest) == 244
+    # nobody answers: the last values read
+    assert headline_step({"worker-0": at("worker-0", 7, live=False)}) == 7
+    assert headline_step({"ps-0": Sample("ps-0", 1.0, {PHASE: 5})}) is None

@@ -137,6 +137,22 @@ def plain_line(model: ViewModel) -> str:
     return text
 
 
+def headline_step(latest: Mapping[str, Sample]) -> float | None:
+    """The job's global step for the headline: the chief's while it answers (after a PS
+    loss it is the first to know the step training resumed from), else the highest a live
+    replica reports, else the highest ever read. A replica that stopped answering keeps its
+    last value, which after a PS loss can be above the step training resumed from."""
+    name = metricnames.GLOBAL_STEP
+    chief = latest.get(naming.CHIEF_KEY)
+    if chief is not None and chief.live and name in chief.values:
+        return chief.values[name]
+    for samples in ([s for s in latest.values() if s.live], list(latest.values())):
+        steps = [s.values[name] for s in samples if name in s.values]
+        if steps:
+            return max(steps)
+    return None
+
+
 class LiveView:
     """Refreshes the view from ``snapshot()`` until ``stop()``; thread-safe."""
 
@@ -177,9 +193,7 @@ class LiveView:
     def model(self) -> ViewModel:
         now = time.monotonic()
         latest = self._latest()
-        step_name = metricnames.GLOBAL_STEP
-        steps = [s.values[step_name] for s in latest.values() if step_name in s.values]
-        step = max(steps) if steps else None
+        step = headline_step(latest)
         if step is not None and (not self._steps or self._steps[-1][1] != step):
             self._steps.append((now, step))
         rate = None
