@@ -31,8 +31,10 @@ from syncreplicas_operator.core.planner import (
     plan_job,
 )
 from syncreplicas_operator.core.policy import ReplicaExitDecision, decide_replica_exit
-from syncreplicas_operator.core.spec import Job, RunPolicy, parse_job
+from syncreplicas_operator.core.spec import Job, RunPolicy
 from syncreplicas_operator.core.status import ObservedPod
+
+from tests.support.jobs import planner_job
 
 RESTART = ReplicaExitDecision.RESTART
 FAIL = ReplicaExitDecision.FAIL_JOB
@@ -107,22 +109,7 @@ def test_disrupted_replicas_restart_whatever_the_budget(
 
 
 def make_job(**spec: Any) -> Job:
-    body: dict[str, Any] = {
-        "replicasToAggregate": 2,
-        "workers": 2,
-        "parameterServers": 1,
-        "model": {"entrypoint": "m.n:build"},
-        "stallTimeoutSeconds": 0,
-    }
-    body.update(spec)
-    return parse_job(
-        {
-            "apiVersion": naming.API_VERSION,
-            "kind": naming.KIND,
-            "metadata": {"name": "j", "namespace": "ns", "uid": "uid-1", "generation": 1},
-            "spec": body,
-        }
-    )
+    return planner_job(2, **spec)
 
 
 @dataclass

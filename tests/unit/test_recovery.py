@@ -18,9 +18,11 @@ from syncreplicas_operator.core.actions import (
 )
 from syncreplicas_operator.core.planner import Observed, Plan, plan_job
 from syncreplicas_operator.core.recovery import Failure, Progress, SeenPod
-from syncreplicas_operator.core.spec import Job, parse_job
+from syncreplicas_operator.core.spec import Job
 from syncreplicas_operator.core.status import ObservedPod
 from syncreplicas_operator.core.straggler import GradientCounts
+
+from tests.support.jobs import planner_job
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NOW = "2026-01-01T00:10:00Z"
@@ -308,22 +310,7 @@ def test_decide_straggler(
 
 
 def make_job(**spec: Any) -> Job:
-    body: dict[str, Any] = {
-        "replicasToAggregate": 3,
-        "workers": 2,
-        "parameterServers": 1,
-        "model": {"entrypoint": "m.n:build"},
-        "stallTimeoutSeconds": 0,
-    }
-    body.update(spec)
-    return parse_job(
-        {
-            "apiVersion": naming.API_VERSION,
-            "kind": naming.KIND,
-            "metadata": {"name": "j", "namespace": "ns", "uid": "uid-1", "generation": 1},
-            "spec": body,
-        }
-    )
+    return planner_job(3, **spec)
 
 
 @dataclass
