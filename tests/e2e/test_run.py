@@ -27,7 +27,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 SYNCREPLICAS = [sys.executable, "-m", "syncreplicas_operator.cli"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-PLOTS = ("loss.png", "accuracy.png", "steps_per_second.png", "staleness.png", "token_queue.png")
+PLOTS = (
+    "loss.png",
+    "accuracy.png",
+    "steps_per_second.png",
+    "staleness.png",
+    "token_queue.png",
+    "replicas.png",
+)
 
 pytestmark = pytest.mark.slow
 

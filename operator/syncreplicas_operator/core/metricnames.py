@@ -27,6 +27,8 @@ RESTORED_STEP: Final = "syncreplicas_restored_step"
 # The coordinator's (PS 0): R of the next update and the replicas pushing gradients.
 REPLICAS_TO_AGGREGATE: Final = "syncreplicas_replicas_to_aggregate"
 LIVE_REPLICAS: Final = "syncreplicas_live_replicas"
+# The coordinator's too: the job's replicasToAggregate (what R returns to).
+SPEC_REPLICAS_TO_AGGREGATE: Final = "syncreplicas_spec_replicas_to_aggregate"
 # Every replica's start-up phase, the value of the runtime's ``phases.ReplicaPhase``.
 REPLICA_PHASE: Final = "syncreplicas_replica_phase"
 # ReplicaPhase value -> what the live view shows (a unit test checks the runtime's enum).
@@ -52,5 +54,6 @@ FAMILIES: Final = (
     RESTORED_STEP,
     REPLICAS_TO_AGGREGATE,
     LIVE_REPLICAS,
+    SPEC_REPLICAS_TO_AGGREGATE,
     REPLICA_PHASE,
 )

@@ -1,4 +1,5 @@
-"""The run report's PNG plots (loss, held-out metric, speed, staleness, token queue).
+"""The run report's PNG plots (loss, held-out metric, speed, staleness, token queue,
+replicas aggregated per update).
 
 matplotlib comes with the ``[local]`` extra; importing it here (its light top-level package
 only) lets the import guard of ``syncreplicas run`` name it when it is missing, before any
@@ -110,6 +111,27 @@ def write_plots(directory: Path, summary: RunSummary, history: Sequence[Sample])
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     _finish(ax, f"{title}: token queue depth", "seconds", "tokens in sync_token_q")
     save(fig, "token_queue.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    coordinator = replicas.get(naming.COORDINATOR_KEY, [])
+    highest = 1.0
+    for name, label, style in (
+        (metricnames.SPEC_REPLICAS_TO_AGGREGATE, "replicasToAggregate (spec)",
+         {"color": "grey", "linestyle": ":", "linewidth": 3, "alpha": 0.6}),
+        (metricnames.REPLICAS_TO_AGGREGATE, "gradients per update (R)", {"color": "tab:blue"}),
+        (metricnames.LIVE_REPLICAS, "live replicas", {"color": "tab:orange", "linestyle": "--"}),
+    ):
+        points = series(coordinator, name)
+        if points:
+            ax.step([t for t, _ in points], [v for _, v in points], where="post", label=label,
+                    **style)
+            highest = max(highest, *(v for _, v in points))
+    for kill in summary.chaos:
+        ax.axvline(kill.fired_at, color="red", alpha=0.4, linestyle="--")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0, highest + 0.5)
+    _finish(ax, f"{title}: replicas aggregated per update{faults}", "seconds", "replicas")
+    save(fig, "replicas.png")
 
 
 def _finish(ax: Any, title: str, xlabel: str, ylabel: str) -> None:

@@ -31,6 +31,7 @@ PLOTS: Final = (
     "steps_per_second.png",
     "staleness.png",
     "token_queue.png",
+    "replicas.png",
 )
 
 
