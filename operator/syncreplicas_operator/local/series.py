@@ -6,6 +6,7 @@ every incarnation instead of reading the last value.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -105,6 +106,20 @@ def counter_total(points: Sequence[Point]) -> float:
         total += value - previous if value >= previous else value
         previous = value
     return total
+
+
+def aggregating_fewer(coordinator: Sequence[Sample]) -> tuple[int | None, float]:
+    """(the lowest R below the spec's, seconds spent below it) from PS 0's samples in time
+    order: each sample's R holds until the next sample. (None, 0.0) when R never dropped."""
+    lowest: int | None = None
+    seconds = 0.0
+    for this, following in itertools.pairwise(coordinator):
+        r = this.values.get(metricnames.REPLICAS_TO_AGGREGATE)
+        spec = this.values.get(metricnames.SPEC_REPLICAS_TO_AGGREGATE)
+        if r is not None and spec is not None and r < spec:
+            lowest = int(r) if lowest is None else min(lowest, int(r))
+            seconds += following.at - this.at
+    return lowest, seconds
 
 
 def last(points: Sequence[Point]) -> float | None:

@@ -16,6 +16,7 @@ from typing import Any, Final
 from ..core import metricnames, naming
 from .scrape import Sample
 from .series import (
+    aggregating_fewer,
     by_replica,
     counter_total,
     eval_label,
@@ -100,6 +101,10 @@ class RunSummary:
     resumed_from_step: int | None = None
     workdir: str = ""
     exit_codes: dict[str, list[int]] = field(default_factory=dict)
+    # Elastic R (PS 0's gauges): the fewest gradients an update aggregated while replicas
+    # were lost, and for how long R stayed below replicasToAggregate. None, 0: never.
+    replicas_to_aggregate_lowest: int | None = None
+    seconds_aggregating_fewer: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """summary.json's content."""
@@ -148,6 +153,7 @@ def summarize(
     # The lowest step any replica reported once training ran: a resumed run never shows a
     # step below the checkpoint it restored.
     positive = [v for _, v in steps if v > 0]
+    lowest_r, fewer_seconds = aggregating_fewer(replicas.get(naming.COORDINATOR_KEY, []))
     return RunSummary(
         job=job_name,
         outcome=outcome,
@@ -193,6 +199,8 @@ def summarize(
         resumed_from_step=resumed_from_step,
         workdir=workdir,
         exit_codes={name: list(codes) for name, codes in (exit_codes or {}).items()},
+        replicas_to_aggregate_lowest=lowest_r,
+        seconds_aggregating_fewer=round(fewer_seconds, 3),
     )
 
 
@@ -221,6 +229,11 @@ def format_summary(summary: RunSummary, checkpoint_dir: Path, logs_dir: Path) ->
         f"  checkpoints: {checkpoint_dir} (step {fmt(summary.checkpoint_step, 'd')})"
         f", logs: {logs_dir}",
     ]
+    if summary.replicas_to_aggregate_lowest is not None:
+        lines.append(
+            f"  elastic R: updates aggregated as few as {summary.replicas_to_aggregate_lowest}"
+            f" gradients while replicas were lost, for {summary.seconds_aggregating_fewer:.1f}s"
+        )
     for kill in summary.chaos:
         recovered = kill.recovered_after_seconds
         lines.append(
