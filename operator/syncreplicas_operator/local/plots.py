@@ -88,8 +88,7 @@ def write_plots(directory: Path, summary: RunSummary, history: Sequence[Sample])
     fig, ax = plt.subplots(figsize=(7, 4))
     rate = steps_per_second(progress_series(history))
     ax.plot([t for t, _ in rate], [v for _, v in rate], "-", label="global steps/s")
-    for kill in summary.chaos:
-        ax.axvline(kill.fired_at, color="red", alpha=0.4, linestyle="--")
+    _mark_faults(ax, summary)
     faults = " (red: injected faults)" if summary.chaos else ""
     _finish(ax, f"{title}: training speed{faults}", "seconds", "global steps/s")
     save(fig, "steps_per_second.png")
@@ -126,12 +125,17 @@ def write_plots(directory: Path, summary: RunSummary, history: Sequence[Sample])
             ax.step([t for t, _ in points], [v for _, v in points], where="post", label=label,
                     **style)
             highest = max(highest, *(v for _, v in points))
-    for kill in summary.chaos:
-        ax.axvline(kill.fired_at, color="red", alpha=0.4, linestyle="--")
+    _mark_faults(ax, summary)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(0, highest + 0.5)
     _finish(ax, f"{title}: replicas aggregated per update{faults}", "seconds", "replicas")
     save(fig, "replicas.png")
+
+
+def _mark_faults(ax: Any, summary: RunSummary) -> None:
+    """A red dashed line at each injected fault (the x axis in seconds of the run)."""
+    for kill in summary.chaos:
+        ax.axvline(kill.fired_at, color="red", alpha=0.4, linestyle="--")
 
 
 def _finish(ax: Any, title: str, xlabel: str, ylabel: str) -> None:
