@@ -49,8 +49,8 @@ class StepLoop:
     def debug_delay(self) -> float:
         """Sleep the debug step delay; one read from a file is cut short when it changes."""
         start = time.monotonic()
-        while (elapsed := time.monotonic() - start) < self.ctx.current_step_delay():
-            time.sleep(min(0.05, self.ctx.step_delay - elapsed))
+        while (elapsed := time.monotonic() - start) < (delay := self.ctx.current_step_delay()):
+            time.sleep(min(0.05, delay - elapsed))
         return time.monotonic() - start
 
     def step(self) -> int:
