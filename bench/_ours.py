@@ -57,6 +57,7 @@ def job(
     model_args: Mapping[str, Any] | None = None,
     min_replicas_to_aggregate: int | None = None,
     snapshot_every_steps: int | None = None,
+    pack_min_bytes_per_ps: int | None = None,
 ) -> dict[str, Any]:
     training: dict[str, Any] = {
         "optimizer": "sgd",
@@ -72,6 +73,8 @@ def job(
         training["checkpointDir"] = checkpoint_dir
     if snapshot_every_steps is not None:
         training["snapshotEverySteps"] = snapshot_every_steps
+    if pack_min_bytes_per_ps is not None:
+        training["packMinBytesPerPS"] = pack_min_bytes_per_ps
     extra = {} if min_replicas_to_aggregate is None else {
         "minReplicasToAggregate": min_replicas_to_aggregate}
     return {
@@ -171,6 +174,7 @@ def start(
     min_replicas_to_aggregate: int | None = None,
     snapshot_every_steps: int | None = None,
     batch_size: int = 32,
+    pack_min_bytes_per_ps: int | None = None,
 ) -> OursRun:
     spec = job(
         replicas_to_aggregate,
@@ -184,6 +188,7 @@ def start(
         model_args=model_args,
         min_replicas_to_aggregate=min_replicas_to_aggregate,
         snapshot_every_steps=snapshot_every_steps,
+        pack_min_bytes_per_ps=pack_min_bytes_per_ps,
     )
     extra = {task: {DELAY_ENV: f"{ms:g}"} for task, ms in (slow_ms or {}).items()}
     t_launch = time.time()

@@ -291,7 +291,9 @@ def start_run(sc: Scenario, workdir: Path) -> tuple[Any, Callable[[tuple[str, in
     run = _ours.start(workers=sc.workers, replicas_to_aggregate=R, max_steps=10**9,
                       workdir=workdir, metrics=True, checkpoint_dir=ckpt,
                       checkpoint_every_steps=CKPT_EVERY, ps=sc.ps,
-                      min_replicas_to_aggregate=sc.min_r, snapshot_every_steps=sc.snapshot_every)
+                      min_replicas_to_aggregate=sc.min_r, snapshot_every_steps=sc.snapshot_every,
+                      # the model spread over both PS, so that either one's loss loses some
+                      pack_min_bytes_per_ps=0 if sc.kind == "ps" else None)
     return run, lambda t: run.cluster.replica(*t).grpc_address, run.restart
 
 

@@ -54,6 +54,8 @@ class TrainingSpec:
     chief_lost_timeout_seconds: float = 120.0
     # One flat variable per PS and dtype instead of one per model variable (packing.py).
     pack_variables: bool = True
+    # Packed variables go on only as many PS as give each this many bytes (0: every PS).
+    pack_min_bytes_per_ps: int = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,7 @@ _TRAINING = (
     "optimizer", "learningRate", "batchSize", "maxSteps", "checkpointDir",
     "checkpointEverySteps", "snapshotEverySteps", "logEverySteps", "evalEverySteps", "seed",
     "startupTimeoutSeconds", "chiefLostTimeoutSeconds", "packVariables",
+    "packMinBytesPerPS",
 )
 
 
@@ -283,6 +286,8 @@ def parse_job(text: str | None) -> dict[str, Any]:
             t.get("chiefLostTimeoutSeconds", d.chief_lost_timeout_seconds),
             "training.chiefLostTimeoutSeconds", positive=True),
         pack_variables=_bool(t.get("packVariables", d.pack_variables), "training.packVariables"),
+        pack_min_bytes_per_ps=_int(t.get("packMinBytesPerPS", d.pack_min_bytes_per_ps),
+                                   "training.packMinBytesPerPS", minimum=0),
     )
     metrics = _obj(doc.get("metrics", {}), "metrics")
     _no_unknown(metrics, ("port",), "metrics")

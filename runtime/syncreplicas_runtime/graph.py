@@ -194,7 +194,8 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             sync_opt = v1.train.SyncReplicasOptimizer(
                 opt, replicas_to_aggregate=cfg.replicas_to_aggregate, total_num_replicas=total)
             gvs = sync_opt.compute_gradients(built.loss)
-            packing = pack(gvs, copies, cfg.parameter_servers, own) if copies else None
+            packing = (pack(gvs, copies, cfg.parameter_servers, own, t.pack_min_bytes_per_ps)
+                       if copies else None)
             if packing is not None:
                 gvs = packing.grads_and_vars
             var_list = [v for g, v in gvs if g is not None]

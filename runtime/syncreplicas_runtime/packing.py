@@ -10,12 +10,15 @@ scope (``local_model_variables``) puts every *trainable* variable on the replica
 device instead of a PS, whatever made it: ``tf.compat.v1.get_variable``, ``tf.Variable``
 or a Keras layer all create variables through TensorFlow's creator stack. The model's
 graph is left exactly as the model built it; its variables are simply local copies. After
-the model is built, ``pack`` groups them (``packplan``: byte-balanced over the PS, one flat
-variable per PS and dtype), creates the packed variables on the PS (initialised from the
-concatenated initial values of the copies, so the first weights equal the unpacked ones)
-and returns, for the optimizer, one gradient per packed variable: the model's gradients
-flattened and concatenated on the replica. No op of the model is rewired, so nothing
-depends on how a model reads its variables (reads, gathers, loops, Keras internals).
+the model is built, ``pack`` groups them (``packplan``: byte-balanced over the PS, one
+flat variable per PS and dtype), creates the packed variables on the PS (initialised from
+the concatenated initial values of the copies, so the first weights equal the unpacked
+ones) and returns, for the optimizer, one gradient per packed variable: the model's
+gradients flattened and concatenated on the replica. A model smaller than
+``training.packMinBytesPerPS`` (256 KiB) per PS is spread over fewer PS (all of it on PS 0
+when it is small): each PS holding a variable costs every replica one more round trip each
+way per step. No op of the model is rewired, so nothing depends on how a model reads its
+variables (reads, gathers, loops, Keras internals).
 
 When the copies are refreshed. Each training step's own run ends, after the replica's
 token and the global-step read that tags its next gradient, by reading every packed
@@ -149,6 +152,7 @@ class Packing:
     packs: list[Pack]
     grads_and_vars: list[tuple[Any, Any]]  # for the optimizer: PS variables only
     device: str                             # the replica's device (where copies live)
+    num_ps: int                             # the job's PS tasks (not all may hold a pack)
 
     def describe(self) -> str:
         """One log line: how many model variables ended up in how many PS variables."""
@@ -156,9 +160,11 @@ class Packing:
         alone = [p.placement.names[0] for p in self.packs if not p.placement.packed]
         members = sum(len(p.copies) for p in packed)
         plural = "" if len(packed) == 1 else "s"
+        used = len({p.placement.ps for p in self.packs})
         return (f"packing: {members} trainable variables in {len(packed)} packed PS "
                 f"variable{plural}"
-                + (f"; unpacked (sparse or no gradient): {', '.join(alone)}" if alone else ""))
+                + (f"; unpacked (sparse or no gradient): {', '.join(alone)}" if alone else "")
+                + f" (model on {used} of {self.num_ps} PS)")
 
     def refresh(self, after: Sequence[Any]) -> Any:
         """Write the PS variables into the local copies, once everything in ``after`` ran."""
@@ -204,14 +210,17 @@ def _info(var: Any, grad: Any) -> VariableInfo:
 
 
 def pack(grads_and_vars: Sequence[tuple[Any, Any]], copies: Sequence[Any], num_ps: int,
-         device: str) -> Packing:
+         device: str, min_bytes_per_ps: int = 0) -> Packing:
     """Create the PS variables that hold ``copies`` (the model's trainable variables, local
     on ``device``) and the gradients to apply to them. ``grads_and_vars`` are the model's
-    gradients as ``compute_gradients`` returns them. Call in the graph, after the model."""
+    gradients as ``compute_gradients`` returns them; the packs go on as many of the
+    ``num_ps`` PS as give each ``min_bytes_per_ps`` (``packplan.ps_to_use``). Call in the
+    graph, after the model."""
     graph = tf.compat.v1.get_default_graph()
     grads = {id(v): g for g, v in grads_and_vars}
     by_name = {c.op.name: c for c in copies}
-    plan = plan_packing([_info(c, grads.get(id(c))) for c in copies], num_ps)
+    plan = plan_packing([_info(c, grads.get(id(c))) for c in copies], num_ps,
+                        min_bytes_per_ps)
     packs = []
     for placement in plan:
         members = [by_name[n] for n in placement.names]
@@ -237,4 +246,4 @@ def pack(grads_and_vars: Sequence[tuple[Any, Any]], copies: Sequence[Any], num_p
                 out.append((p.join(member_grads), p.variable))
         elif member_grads[0] is not None:
             out.append((member_grads[0], p.variable))
-    return Packing(packs=packs, grads_and_vars=out, device=device)
+    return Packing(packs=packs, grads_and_vars=out, device=device, num_ps=num_ps)

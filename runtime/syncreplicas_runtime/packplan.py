@@ -52,11 +52,30 @@ def balance_by_bytes(sizes: Sequence[tuple[str, int]], num_ps: int) -> dict[str,
     return out
 
 
-def plan_packing(variables: Sequence[VariableInfo], num_ps: int) -> list[Placement]:
+def ps_to_use(total_bytes: int, num_ps: int, min_bytes_per_ps: int) -> int:
+    """How many PS (tasks 0..k-1) hold a model of ``total_bytes``: as many as give each at
+    least ``min_bytes_per_ps`` (at least 1, at most ``num_ps``; 0 means every PS).
+
+    Every PS that holds a variable costs each replica one more round trip each way per step,
+    so spreading a small model buys no bandwidth and only adds latency and CPU (the same
+    reason TensorFlow's partitioners have a minimum slice size)."""
+    if num_ps < 1:
+        raise ValueError(f"num_ps must be >= 1, got {num_ps}")
+    if min_bytes_per_ps < 0:
+        raise ValueError(f"min_bytes_per_ps must be >= 0, got {min_bytes_per_ps}")
+    if min_bytes_per_ps == 0:
+        return num_ps
+    return max(1, min(num_ps, total_bytes // min_bytes_per_ps))
+
+
+def plan_packing(variables: Sequence[VariableInfo], num_ps: int,
+                 min_bytes_per_ps: int = 0) -> list[Placement]:
     """The PS variables that hold ``variables``: per PS and dtype one flat pack of the
-    packable ones, and every other one alone. Packs come first (by PS, then by the dtype's
-    first appearance), then the variables kept alone, in creation order."""
-    where = balance_by_bytes([(v.name, v.nbytes) for v in variables], num_ps)
+    packable ones, and every other one alone, byte-balanced over the first
+    ``ps_to_use(...)`` PS. Packs come first (by PS, then by the dtype's first appearance),
+    then the variables kept alone, in creation order."""
+    used = ps_to_use(sum(v.nbytes for v in variables), num_ps, min_bytes_per_ps)
+    where = balance_by_bytes([(v.name, v.nbytes) for v in variables], used)
     packs: dict[tuple[int, str], list[str]] = {}
     alone: list[Placement] = []
     for v in variables:

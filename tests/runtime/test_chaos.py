@@ -36,10 +36,11 @@ EVENTS = ["chief_kill", "chief_kill", "worker_kill", "chief_kill", "ps1_kill", "
 SNAPSHOT_EVERY = 10
 TOKEN_BOUND = 3  # max(replicas, R) + initialTokens
 HANG_GUARD = 120.0
-# linear's 5 parameters as 5 variables: packing (on by default) puts 3 in one PS variable on
-# PS 0 and 2 in one on PS 1, so every kill, restore and snapshot goes through packed ones.
+# linear's 5 parameters as 5 variables: packing (on by default; packMinBytesPerPS 0 spreads
+# even this tiny model) puts 3 in one PS variable on PS 0 and 2 in one on PS 1, so every
+# kill, restore and snapshot goes through packed ones.
 MODEL_ARGS = {"dim": 4, "variables": 5}
-PACKED = "packing: 5 trainable variables in 2 packed PS variables"
+PACKED = "packing: 5 trainable variables in 2 packed PS variables (model on 2 of 2 PS)"
 
 EPOCH_RE = re.compile(r"sync epoch ([0-9a-f]+): variables (\w+)[^,]*, global step (\d+)")
 RESTORED_RE = re.compile(r"variables restored[^,]*, global step (\d+)")
@@ -141,7 +142,7 @@ def test_chaos(tmp_path: Path) -> None:
                      training__maxSteps=MAX_STEPS,
                      training__checkpointDir=str(tmp_path / "ckpt"),
                      training__checkpointEverySteps=20, training__logEverySteps=10,
-                     training__snapshotEverySteps=SNAPSHOT_EVERY,
+                     training__snapshotEverySteps=SNAPSHOT_EVERY, training__packMinBytesPerPS=0,
                      training__chiefLostTimeoutSeconds=240, training__startupTimeoutSeconds=240)
     env = {**runtime_env(), "SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "30"}
     with start_cluster(job, workers=2, ps=2, workdir=tmp_path, env=env) as cluster:

@@ -57,7 +57,8 @@ def chief_config(entrypoint: str, pack: bool):
         "SYNCREPLICAS_JOB": json.dumps({"replicasToAggregate": 1, "workers": 0,
                                         "parameterServers": 2,
                                         "model": {"entrypoint": entrypoint},
-                                        "training": {"packVariables": pack}}),
+                                        "training": {"packVariables": pack,
+                                                     "packMinBytesPerPS": 0}}),
     }
     cfg = parse_config(env)
     spec = tf.train.ClusterSpec({"ps": ps, "chief": [chief]})

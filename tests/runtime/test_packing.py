@@ -1,7 +1,7 @@
 """Variable packing: the same weights and the same checkpoints as without it (one run of
 real processes each way), checkpoints that restore across the two modes and every optimizer
-updating a packed variable as its pieces (in-process, seconds), and PS 0's graph, which
-never touches the local copies.
+updating a packed variable as its pieces (in-process, seconds), PS 0's graph, which
+never touches the local copies, and how many PS a packed model is spread over.
 
 The model (tests/runtime/packmodels.py) mixes get_variable weights, a Keras layer, an
 embedding (sparse gradient: kept unpacked), an unused trainable variable (no gradient) and a
@@ -26,6 +26,7 @@ JOB: dict[str, Any] = {
     "model": {"entrypoint": "tests.runtime.packmodels:build"},
     "training": {"optimizer": "adam", "learningRate": 0.01, "batchSize": 8, "maxSteps": 8,
                  "logEverySteps": 100, "startupTimeoutSeconds": 180,
+                 "packMinBytesPerPS": 0,  # spread this small model over both PS
                  "chiefLostTimeoutSeconds": 120},
 }
 
@@ -68,7 +69,7 @@ def test_packed_run_equals_unpacked_run(tmp_path: Path) -> None:
     # Balanced by bytes over 2 PS: the embedding (384 B, unpacked) fills PS 0, so the four
     # dense variables (260 B) share one packed variable on PS 1.
     assert ("packing: 4 trainable variables in 1 packed PS variable; unpacked (sparse or no "
-            "gradient): mix/embedding, mix/unused") in log, log
+            "gradient): mix/embedding, mix/unused (model on 2 of 2 PS)") in log, log
     assert "packing:" not in log_off
     # The model's own names and stock slot names, nothing of the packing.
     assert {"mix/w1", "mix/w1/Adam", "mix/w1/Adam_1", "mix/b1", "mix/embedding/Adam",
@@ -228,3 +229,39 @@ def test_ps0_graph_never_touches_the_local_copies() -> None:
     assert chief.packing is not None
     copies = {c.op for p in chief.packing.packs for c in p.copies}
     assert copies <= reaches([chief.local_init_op])
+
+
+@pytest.mark.parametrize(("dim", "min_bytes", "expected"), [
+    (16, None, {0}),          # 68 bytes, the default 256 KiB per PS: all on PS 0
+    (16, 0, {0, 1}),          # 0: spread over every PS, however small
+    (160_000, None, {0, 1}),  # 640 KB: two shares of at least 256 KiB
+    (160_000, 400_000, {0}),  # but not two of at least 400,000 bytes
+])
+def test_packed_variables_use_as_many_ps_as_give_each_its_minimum_share(
+        dim: int, min_bytes: int | None, expected: set[int]) -> None:
+    """training.packMinBytesPerPS: a model spread over 2 PS only when each gets its share."""
+    import tensorflow as tf
+    from syncreplicas_runtime.cluster import parse_config
+    from syncreplicas_runtime.graph import build_training_graph
+    from syncreplicas_runtime.model import load_entrypoint
+
+    tf.compat.v1.disable_eager_execution()
+    training: dict[str, Any] = {} if min_bytes is None else {"packMinBytesPerPS": min_bytes}
+    job = {"replicasToAggregate": 1, "workers": 0, "parameterServers": 2,
+           "model": {"entrypoint": "syncreplicas_runtime.models.linear:build",
+                     "args": {"dim": dim, "variables": 4}},
+           "training": training}
+    env = {"TF_CONFIG": json.dumps({"cluster": {"ps": ["127.0.0.1:1", "127.0.0.1:2"],
+                                                "chief": ["127.0.0.1:3"]},
+                                    "task": {"type": "chief", "index": 0}}),
+           "SYNCREPLICAS_JOB": json.dumps(job)}
+    cfg = parse_config(env)
+    built = build_training_graph(cfg, load_entrypoint(cfg.model.entrypoint), epoch=1)
+    assert built.packing is not None
+    assert {p.placement.ps for p in built.packing.packs} == expected
+    assert {p.variable.device for p in built.packing.packs} == {
+        f"/job:ps/task:{i}" for i in expected}
+    assert sum(len(p.copies) for p in built.packing.packs) == 4
+    assert built.packing.describe() == (
+        f"packing: 4 trainable variables in {len(expected)} packed PS variable"
+        f"{'s' if len(expected) > 1 else ''} (model on {len(expected)} of 2 PS)")

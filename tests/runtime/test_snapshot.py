@@ -82,7 +82,8 @@ def test_a_lost_ps_is_restored_from_the_snapshot(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     job = linear_job(training__maxSteps=steps, training__learningRate=lr,
                      training__checkpointDir=str(ckpt), training__checkpointEverySteps=1000,
-                     training__snapshotEverySteps=every, training__logEverySteps=1)
+                     training__snapshotEverySteps=every, training__logEverySteps=1,
+                     training__packMinBytesPerPS=0)
     env = {**runtime_env(), "SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "40"}
     with start_cluster(job, workers=1, ps=2, workdir=tmp_path, env=env) as cluster:
         deadline = time.monotonic() + HANG_GUARD
@@ -102,9 +103,9 @@ def test_a_lost_ps_is_restored_from_the_snapshot(tmp_path: Path) -> None:
     assert cluster.replica("ps", 1).exit_codes == [-9], logs
     chief = cluster.log("chief", 0)
     assert f"finished at global step {steps}" in chief, logs
-    # Packing is on (the default): w and b, one on each PS, each a packed PS variable; the
-    # snapshot holds those and restores the one PS 1 lost.
-    assert "packing: 2 trainable variables in 2 packed PS variables\n" in chief, chief
+    # Packing is on (the default) and spread (packMinBytesPerPS 0): w and b, one on each PS,
+    # each a packed PS variable; the snapshot holds those and restores the one PS 1 lost.
+    assert "packing: 2 trainable variables in 2 packed PS variables (model on 2 of 2 PS)\n" in chief
     m = RESTORED_RE.search(chief)
     assert m and m[1] == m[2], chief
     restored = int(m[1])

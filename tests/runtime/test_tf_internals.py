@@ -32,7 +32,9 @@ def cfg(role: str = "worker", index: int = 0, optimizer: str = "sgd", r: int = 2
                                  "task": {"type": role, "index": index}}),
         "SYNCREPLICAS_JOB": json.dumps({"replicasToAggregate": r, "workers": 1,
                                         "parameterServers": 2,
-                                        "training": {"optimizer": optimizer}}),
+                                        # linear's w and b spread one on each PS
+                                        "training": {"optimizer": optimizer,
+                                                     "packMinBytesPerPS": 0}}),
     }
     return parse_config(env)
 

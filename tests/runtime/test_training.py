@@ -48,7 +48,7 @@ def test_linear_reaches_max_steps_matches_single_process_and_everyone_exits_zero
     assert f"finished at global step {steps}" in chief, logs
     assert "the chief reported training finished" in cluster.log("ps", 0)
     # Packing is on (the default): w and b are one PS variable.
-    assert "packing: 2 trainable variables in 1 packed PS variable" in chief, chief
+    assert "packing: 2 trainable variables in 1 packed PS variable (model on 1 of 1 PS)" in chief
     # Loss falls (periodic log lines carry the loss of the chief's batch).
     losses = [loss for _, loss in logged_steps(chief)]
     w_ref, b_ref, ref_losses = reference_sgd(0, 2, steps, 8, 4, lr)
@@ -69,8 +69,10 @@ def test_sparse_tf_config_trains_exactly_like_the_full_one(tmp_path: Path) -> No
     """Chief and workers told only the PS, the chief and themselves: same weights."""
     steps, lr = 12, 0.05
     ckpt = tmp_path / "ckpt"
+    # packMinBytesPerPS 0: the model spread over both PS, so every replica needs both.
     job = linear_job(replicasToAggregate=3, training__maxSteps=steps, training__learningRate=lr,
-                     training__checkpointDir=str(ckpt), training__logEverySteps=100)
+                     training__checkpointDir=str(ckpt), training__logEverySteps=100,
+                     training__packMinBytesPerPS=0)
     with start_cluster(job, workers=2, ps=2, workdir=tmp_path, env=runtime_env(),
                        sparse=True) as cluster:
         codes = cluster.wait(timeout=240)
@@ -150,18 +152,21 @@ def test_no_backup_no_straggler_counts_no_stale_gradient(tmp_path: Path) -> None
 
 
 def test_many_variables_packed_over_two_ps_match_single_process(tmp_path: Path) -> None:
-    """Packing on (the default), 24 variables over 2 PS: still large-batch SGD."""
+    """Packing on (the default), 24 variables spread over 2 PS (packMinBytesPerPS 0: this
+    model is far below the default share): still large-batch SGD."""
     steps, lr, dim, variables = 12, 0.05, 32, 24
     ckpt = tmp_path / "ckpt"
     job = linear_job(replicasToAggregate=3, training__maxSteps=steps, training__learningRate=lr,
                      training__checkpointDir=str(ckpt), training__logEverySteps=100,
+                     training__packMinBytesPerPS=0,
                      model__args={"dim": dim, "variables": variables})
     with start_cluster(job, workers=2, ps=2, workdir=tmp_path, env=runtime_env()) as cluster:
         codes = cluster.wait(timeout=240)
         logs = cluster.logs()
     assert set(codes.values()) == {0} and len(codes) == 5, logs
     chief = cluster.log("chief", 0)
-    assert f"packing: {variables} trainable variables in 2 packed PS variables\n" in chief, chief
+    assert (f"packing: {variables} trainable variables in 2 packed PS variables (model on 2 of 2 "
+            "PS)\n") in chief, chief
     import tensorflow as tf
 
     reader = tf.train.load_checkpoint(str(ckpt))

@@ -51,6 +51,9 @@ def test_metrics_port_override_and_full_job() -> None:
     assert cfg.training.pack_variables  # on unless turned off
     off = parse_config(env(job=with_job(training__packVariables=False)))
     assert not off.training.pack_variables
+    assert cfg.training.pack_min_bytes_per_ps == 256 * 1024  # the CRD's default
+    spread = parse_config(env(job=with_job(training__packMinBytesPerPS=0)))
+    assert spread.training.pack_min_bytes_per_ps == 0
 
 
 @pytest.mark.parametrize(
@@ -90,6 +93,8 @@ def test_metrics_port_override_and_full_job() -> None:
          "training.chiefLostTimeoutSeconds"),
         (env(job=with_job(training__packVariables="yes")), "training.packVariables"),
         (env(job=with_job(training__packVariables=1)), "training.packVariables"),
+        (env(job=with_job(training__packMinBytesPerPS=-1)), "training.packMinBytesPerPS"),
+        (env(job=with_job(training__packMinBytesPerPS=1.5)), "training.packMinBytesPerPS"),
         (env(job=with_job(metrics__port=70000)), "metrics.port"),
         (env(SYNCREPLICAS_METRICS_PORT="http"), "SYNCREPLICAS_METRICS_PORT"),
         (env(cluster={**CLUSTER, "worker": {"0": "w0:2222"}}), "TF_CONFIG.task.index"),

@@ -267,6 +267,7 @@ BAD = [
     ("spec.training.startupTimeoutSeconds", 0, "spec.training.startupTimeoutSeconds"),
     ("spec.training.chiefLostTimeoutSeconds", 0, "spec.training.chiefLostTimeoutSeconds"),
     ("spec.training.packVariables", "yes", "spec.training.packVariables"),
+    ("spec.training.packMinBytesPerPS", -1, "spec.training.packMinBytesPerPS"),
     ("spec.training.batch_size", 32, "spec.training.batch_size"),
     ("spec.metrics.port", 2222, "spec.metrics.port"),
     ("spec.metrics.port", 70000, "spec.metrics.port"),

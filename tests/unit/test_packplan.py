@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from syncreplicas_runtime.packplan import Placement, VariableInfo, balance_by_bytes, plan_packing
+from syncreplicas_runtime.packplan import (
+    Placement,
+    VariableInfo,
+    balance_by_bytes,
+    plan_packing,
+    ps_to_use,
+)
 
 
 @pytest.mark.parametrize(
@@ -78,3 +84,42 @@ F, H = "float32", "float16"
 def test_plan_packing(variables: list[VariableInfo], num_ps: int,
                       expected: list[Placement]) -> None:
     assert plan_packing(variables, num_ps) == expected
+
+
+@pytest.mark.parametrize(
+    ("total", "num_ps", "minimum", "expected"),
+    [
+        (68, 2, 256 * 1024, 1),               # a tiny model stays on PS 0
+        (68, 2, 0, 2),                        # 0: every PS, however small
+        (512 * 1024 - 1, 2, 256 * 1024, 1),   # just short of two shares
+        (512 * 1024, 2, 256 * 1024, 2),       # two whole shares
+        (100 * 2**20, 4, 256 * 1024, 4),      # never more than the job has
+        (3 * 2**20, 8, 2**20, 3),             # three 1 MiB shares of 8 PS
+        (0, 3, 256 * 1024, 1),                # nothing to place: still PS 0
+        (0, 3, 0, 3),
+    ],
+)
+def test_ps_to_use(total: int, num_ps: int, minimum: int, expected: int) -> None:
+    assert ps_to_use(total, num_ps, minimum) == expected
+
+
+@pytest.mark.parametrize(("num_ps", "minimum", "error"), [(0, 0, "num_ps"), (2, -1, "min_bytes")])
+def test_ps_to_use_rejects(num_ps: int, minimum: int, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        ps_to_use(1, num_ps, minimum)
+
+
+def test_plan_packing_spreads_only_over_the_ps_that_get_their_share() -> None:
+    variables = [VariableInfo(f"w{i}", 100, F) for i in range(6)] + [
+        VariableInfo("emb", 300, F, packable=False)]  # 900 bytes in all
+    # Shares of at least 300 bytes: 3 of the 4 PS, byte-balanced among them (300 each:
+    # the embedding fills PS 0).
+    assert plan_packing(variables, 4, 300) == [
+        Placement(1, F, ("w0", "w2", "w4"), True), Placement(2, F, ("w1", "w3", "w5"), True),
+        Placement(0, F, ("emb",), False)]
+    # Shares of at least 1000: one PS, everything packed there but the sparse one.
+    assert plan_packing(variables, 4, 1000) == [
+        Placement(0, F, tuple(f"w{i}" for i in range(6)), True),
+        Placement(0, F, ("emb",), False)]
+    # 0 (the function's default): every PS.
+    assert {p.ps for p in plan_packing(variables, 4)} == {0, 1, 2, 3}

@@ -54,6 +54,7 @@ def test_defaults() -> None:
         startup_timeout_seconds=300,
         chief_lost_timeout_seconds=120,
         pack_variables=True,
+        pack_min_bytes_per_ps=262144,
     )
     assert s.metrics.port == 9090
     assert s.image is None

@@ -58,6 +58,9 @@ def test_job_settings_carry_the_spec() -> None:
     assert settings["training"]["packVariables"] is True  # default on
     off = job_spec(training={"packVariables": False})
     assert tfconfig.job_settings(off)["training"]["packVariables"] is False
+    assert settings["training"]["packMinBytesPerPS"] == 256 * 1024  # default
+    spread = job_spec(training={"packMinBytesPerPS": 0})
+    assert tfconfig.job_settings(spread)["training"]["packMinBytesPerPS"] == 0
     assert settings["minReplicasToAggregate"] == 3  # default: R
     lowered = tfconfig.job_settings(job_spec(replicasToAggregate=3, minReplicasToAggregate=2))
     assert lowered["minReplicasToAggregate"] == 2

@@ -42,6 +42,8 @@ DEFAULT_EVAL_EVERY_STEPS: Final = 0
 DEFAULT_SEED: Final = 0
 DEFAULT_STARTUP_TIMEOUT_SECONDS: Final = 300
 DEFAULT_CHIEF_LOST_TIMEOUT_SECONDS: Final = 120
+# A packed model is spread over more PS only when each gets at least this many bytes.
+DEFAULT_PACK_MIN_BYTES_PER_PS: Final = 256 * 1024
 DEFAULT_BACKOFF_LIMIT: Final = 6
 DEFAULT_STALL_TIMEOUT_SECONDS: Final = 300
 # The share of a replica's gradients dropped as stale above which it is a straggler.
@@ -107,6 +109,8 @@ class TrainingSpec:
     chief_lost_timeout_seconds: int = DEFAULT_CHIEF_LOST_TIMEOUT_SECONDS
     # One flat PS variable per PS and dtype instead of one per model variable.
     pack_variables: bool = True
+    # Use only as many PS for the packed variables as give each this many bytes (0: all).
+    pack_min_bytes_per_ps: int = DEFAULT_PACK_MIN_BYTES_PER_PS
 
 
 @dataclass(frozen=True)
@@ -419,6 +423,7 @@ _TRAINING_FIELDS: Final = (
     "startupTimeoutSeconds",
     "chiefLostTimeoutSeconds",
     "packVariables",
+    "packMinBytesPerPS",
 )
 _METRICS_FIELDS: Final = ("port",)
 _RUN_POLICY_FIELDS: Final = (
@@ -499,6 +504,7 @@ def _training(c: _Checker, spec: Mapping[str, Any], path: str) -> TrainingSpec:
             "chiefLostTimeoutSeconds", DEFAULT_CHIEF_LOST_TIMEOUT_SECONDS, 1
         ),
         pack_variables=c.boolean(raw, "packVariables", f"{path}.packVariables", default=True),
+        pack_min_bytes_per_ps=count("packMinBytesPerPS", DEFAULT_PACK_MIN_BYTES_PER_PS, 0),
     )
 
 

@@ -99,6 +99,7 @@ def job_settings(spec: JobSpec) -> dict[str, Any]:
             "startupTimeoutSeconds": training.startup_timeout_seconds,
             "chiefLostTimeoutSeconds": training.chief_lost_timeout_seconds,
             "packVariables": training.pack_variables,
+            "packMinBytesPerPS": training.pack_min_bytes_per_ps,
         },
         "metrics": {"port": spec.metrics.port},
     }
