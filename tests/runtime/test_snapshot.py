@@ -125,3 +125,43 @@ def test_a_lost_ps_is_restored_from_the_snapshot(tmp_path: Path) -> None:
     w_ref, b_ref, _ = reference_sgd(0, 2, steps, 8, 4, lr)
     np.testing.assert_allclose(reader.get_tensor("linear/w"), w_ref, rtol=1e-4, atol=1e-5)
     assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
+
+
+@pytest.mark.timeout(900)
+def test_losing_a_ps_that_holds_none_of_the_model_loses_no_step(tmp_path: Path) -> None:
+    """The default minimum share keeps this small model on PS 0: PS 1 holds no variable, so
+    its loss needs no restore (the replicas still rejoin a new sync epoch, variables kept),
+    and the run still equals large-batch SGD."""
+    steps, lr = 60, 0.05
+    ckpt = tmp_path / "ckpt"
+    job = linear_job(training__maxSteps=steps, training__learningRate=lr,
+                     training__checkpointDir=str(ckpt), training__checkpointEverySteps=1000,
+                     training__logEverySteps=1)
+    env = {**runtime_env(), "SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "40"}
+    with start_cluster(job, workers=1, ps=2, workdir=tmp_path, env=env) as cluster:
+        deadline = time.monotonic() + HANG_GUARD
+        while True:
+            text = cluster.try_metrics_text("chief", 0)
+            step = metric_value(text, "syncreplicas_global_step") if text else None
+            if step is not None and step >= 20:
+                break
+            assert time.monotonic() < deadline, cluster.logs()
+            assert all(c is None for c in cluster.poll().values()), cluster.logs()
+            time.sleep(0.05)
+        cluster.restart("ps", 1)
+        codes = cluster.wait(timeout=HANG_GUARD)
+        logs = cluster.logs()
+    assert set(codes.values()) == {0} and len(codes) == 4, logs
+    assert cluster.replica("ps", 1).exit_codes == [-9], logs
+    chief = cluster.log("chief", 0)
+    assert "packing: 2 trainable variables in 1 packed PS variable (model on 1 of 2 PS)\n" in chief
+    assert f"finished at global step {steps}" in chief, logs
+    assert "variables restored" not in chief, chief
+    assert re.search(r"sync epoch \w+: variables kept, global step [1-9]", chief), chief
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(ckpt))
+    assert int(reader.get_tensor("global_step")) == steps
+    w_ref, b_ref, _ = reference_sgd(0, 2, steps, 8, 4, lr)
+    np.testing.assert_allclose(reader.get_tensor("linear/w"), w_ref, rtol=1e-4, atol=1e-5)
+    assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
