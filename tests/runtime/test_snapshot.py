@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -75,6 +76,22 @@ RESTORED_RE = re.compile(r"variables restored from the snapshot at global step (
 STEP_RE = re.compile(r"global_step=(\d+) ")
 
 
+def kill_ps1_once(cluster: Any, step: int, snapshot: int = 0) -> None:
+    """SIGKILL PS 1 (it restarts) once the chief's metrics show ``step`` and ``snapshot``."""
+    deadline = time.monotonic() + HANG_GUARD
+    while True:
+        text = cluster.try_metrics_text("chief", 0)
+        g = metric_value(text, "syncreplicas_global_step") if text else None
+        snap = metric_value(text, "syncreplicas_snapshot_step") if text else None
+        if g is not None and g >= step and (not snapshot or (snap is not None
+                                                             and snap >= snapshot)):
+            break
+        assert time.monotonic() < deadline, cluster.logs()
+        assert all(c is None for c in cluster.poll().values()), cluster.logs()
+        time.sleep(0.05)
+    cluster.restart("ps", 1)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_lost_ps_is_restored_from_the_snapshot(tmp_path: Path) -> None:
@@ -86,17 +103,7 @@ def test_a_lost_ps_is_restored_from_the_snapshot(tmp_path: Path) -> None:
                      training__packMinBytesPerPS=0)
     env = {**runtime_env(), "SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "40"}
     with start_cluster(job, workers=1, ps=2, workdir=tmp_path, env=env) as cluster:
-        deadline = time.monotonic() + HANG_GUARD
-        while True:
-            text = cluster.try_metrics_text("chief", 0)
-            step = metric_value(text, "syncreplicas_global_step") if text else None
-            snap = metric_value(text, "syncreplicas_snapshot_step") if text else None
-            if step is not None and snap is not None and step >= 33 and snap >= 20:
-                break
-            assert time.monotonic() < deadline, cluster.logs()
-            assert all(c is None for c in cluster.poll().values()), cluster.logs()
-            time.sleep(0.05)
-        cluster.restart("ps", 1)
+        kill_ps1_once(cluster, step=33, snapshot=20)
         codes = cluster.wait(timeout=HANG_GUARD)
         logs = cluster.logs()
     assert set(codes.values()) == {0} and len(codes) == 4, logs
@@ -139,16 +146,7 @@ def test_losing_a_ps_that_holds_none_of_the_model_loses_no_step(tmp_path: Path) 
                      training__logEverySteps=1)
     env = {**runtime_env(), "SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "40"}
     with start_cluster(job, workers=1, ps=2, workdir=tmp_path, env=env) as cluster:
-        deadline = time.monotonic() + HANG_GUARD
-        while True:
-            text = cluster.try_metrics_text("chief", 0)
-            step = metric_value(text, "syncreplicas_global_step") if text else None
-            if step is not None and step >= 20:
-                break
-            assert time.monotonic() < deadline, cluster.logs()
-            assert all(c is None for c in cluster.poll().values()), cluster.logs()
-            time.sleep(0.05)
-        cluster.restart("ps", 1)
+        kill_ps1_once(cluster, step=20)
         codes = cluster.wait(timeout=HANG_GUARD)
         logs = cluster.logs()
     assert set(codes.values()) == {0} and len(codes) == 4, logs
