@@ -187,24 +187,26 @@ def test_optimizers_update_packed_variables_as_their_pieces(ps_targets: tuple[st
     assert_same(packed.save(tmp_path / "p2"), unpacked.save(tmp_path / "u2"))
 
 
-def test_ps0_graph_never_touches_the_local_copies() -> None:
-    """PS 0 builds the replicas' graph to run the sync loop: nothing it runs reads or writes
-    a local copy (they would be allocated on PS 0), while a replica's join fills them."""
+def training_graph(job: dict[str, Any], role: str) -> Any:
+    """``build_training_graph`` of task 0 of ``role`` in a 2-PS cluster with a chief and
+    one worker (nothing listens at the addresses: only the graph is built)."""
     import tensorflow as tf
     from syncreplicas_runtime.cluster import parse_config
     from syncreplicas_runtime.graph import build_training_graph
     from syncreplicas_runtime.model import load_entrypoint
 
     tf.compat.v1.disable_eager_execution()
+    env = {"TF_CONFIG": json.dumps({"cluster": {
+        "ps": ["127.0.0.1:1", "127.0.0.1:2"], "chief": ["127.0.0.1:3"],
+        "worker": ["127.0.0.1:4"]}, "task": {"type": role, "index": 0}}),
+           "SYNCREPLICAS_JOB": json.dumps(job)}
+    cfg = parse_config(env)
+    return build_training_graph(cfg, load_entrypoint(cfg.model.entrypoint), epoch=7)
 
-    def graph_of(role: str) -> Any:
-        env = {"TF_CONFIG": json.dumps({"cluster": {
-            "ps": ["127.0.0.1:1", "127.0.0.1:2"], "chief": ["127.0.0.1:3"],
-            "worker": ["127.0.0.1:4"]}, "task": {"type": role, "index": 0}}),
-               "SYNCREPLICAS_JOB": json.dumps(JOB)}
-        cfg = parse_config(env)
-        return build_training_graph(cfg, load_entrypoint(cfg.model.entrypoint), epoch=7)
 
+def test_ps0_graph_never_touches_the_local_copies() -> None:
+    """PS 0 builds the replicas' graph to run the sync loop: nothing it runs reads or writes
+    a local copy (they would be allocated on PS 0), while a replica's join fills them."""
     def reaches(fetches: list[Any]) -> set[Any]:
         seen: set[Any] = set()
         todo = [f.op if hasattr(f, "op") else f for f in fetches]
@@ -216,7 +218,7 @@ def test_ps0_graph_never_touches_the_local_copies() -> None:
                 todo.extend(op.control_inputs)
         return seen
 
-    ps0 = graph_of("ps")
+    ps0 = training_graph(JOB, "ps")
     assert ps0.packing is not None
     copies = {c.op for p in ps0.packing.packs for c in p.copies}
     assert {c.device for c in copies} == {"/job:ps/task:0/device:CPU:0"}
@@ -225,7 +227,7 @@ def test_ps0_graph_never_touches_the_local_copies() -> None:
             ps0.pending, e.init, e.set_r, *e.read.values(), *e.wait_and_read.values(),
             e.updated_at, ps0.report_uninitialized, ps0.global_step]
     assert not reaches(runs) & copies
-    chief = graph_of("chief")
+    chief = training_graph(JOB, "chief")
     assert chief.packing is not None
     copies = {c.op for p in chief.packing.packs for c in p.copies}
     assert copies <= reaches([chief.local_init_op])
@@ -240,23 +242,12 @@ def test_ps0_graph_never_touches_the_local_copies() -> None:
 def test_packed_variables_use_as_many_ps_as_give_each_its_minimum_share(
         dim: int, min_bytes: int | None, expected: set[int]) -> None:
     """training.packMinBytesPerPS: a model spread over 2 PS only when each gets its share."""
-    import tensorflow as tf
-    from syncreplicas_runtime.cluster import parse_config
-    from syncreplicas_runtime.graph import build_training_graph
-    from syncreplicas_runtime.model import load_entrypoint
-
-    tf.compat.v1.disable_eager_execution()
     training: dict[str, Any] = {} if min_bytes is None else {"packMinBytesPerPS": min_bytes}
-    job = {"replicasToAggregate": 1, "workers": 0, "parameterServers": 2,
+    job = {"replicasToAggregate": 2, "workers": 1, "parameterServers": 2,
            "model": {"entrypoint": "syncreplicas_runtime.models.linear:build",
                      "args": {"dim": dim, "variables": 4}},
            "training": training}
-    env = {"TF_CONFIG": json.dumps({"cluster": {"ps": ["127.0.0.1:1", "127.0.0.1:2"],
-                                                "chief": ["127.0.0.1:3"]},
-                                    "task": {"type": "chief", "index": 0}}),
-           "SYNCREPLICAS_JOB": json.dumps(job)}
-    cfg = parse_config(env)
-    built = build_training_graph(cfg, load_entrypoint(cfg.model.entrypoint), epoch=1)
+    built = training_graph(job, "chief")
     assert built.packing is not None
     assert {p.placement.ps for p in built.packing.packs} == expected
     assert {p.variable.device for p in built.packing.packs} == {
