@@ -15,10 +15,10 @@ flat variable per PS and dtype), creates the packed variables on the PS (initial
 the concatenated initial values of the copies, so the first weights equal the unpacked
 ones) and returns, for the optimizer, one gradient per packed variable: the model's
 gradients flattened and concatenated on the replica. A model smaller than
-``training.packMinBytesPerPS`` (256 KiB by default) per PS is spread over fewer PS (all of it on PS 0
-when it is small): each PS holding a variable costs every replica one more round trip each
-way per step. No op of the model is rewired, so nothing depends on how a model reads its
-variables (reads, gathers, loops, Keras internals).
+``training.packMinBytesPerPS`` (256 KiB by default) per PS is spread over fewer PS (all of
+it on PS 0 when it is small): each PS holding a variable costs every replica one more
+round trip each way per step. No op of the model is rewired, so nothing depends on how a
+model reads its variables (reads, gathers, loops, Keras internals).
 
 When the copies are refreshed. Each training step's own run ends, after the replica's
 token and the global-step read that tags its next gradient, by reading every packed
