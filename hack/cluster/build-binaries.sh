@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Builds the cluster's binaries from their Go modules at the versions of versions.env:
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
+#     from k8s.io/kubernetes (hack/cluster/kubernetes/go.mod),
+#   etcd from go.etcd.io/etcd/server/v3 (hack/cluster/etcd/go.mod),
+#   coredns from github.com/coredns/coredns (its own go.mod, by version),
+#   pause (the pod sandbox's process) from the C source in the kubernetes module.
+# Each lands in $CACHE/<name>-<version>/bin. With the binaries there it does nothing; with
+# the Go build cache warm a rebuild is a link step.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+. "$here/versions.env"
+CACHE="${SYNCREPLICAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncreplicas}"
+export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false"
+force="${1:-}"
+
+cached() {  # cached DIR BINARY...: true when every binary is in DIR
+  local dir="$1"; shift
+  [[ "$force" == "--force" ]] && return 1
+  for b in "$@"; do [[ -x "$dir/$b" ]] || return 1; done
+}
+
+took() { echo "build: $1 in $(( SECONDS - $2 )) s -> $3"; }
+
+# Kubernetes -----------------------------------------------------------------------------
+k8s="$CACHE/kubernetes-$KUBERNETES_VERSION/bin"
+components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+if ! cached "$k8s" "${components[@]}"; then
+  v="${KUBERNETES_VERSION#v}"; major="${v%%.*}"; rest="${v#*.}"; minor="${rest%%.*}"
+  # What `kubectl version` and helm's kubeVersion read; without it: v0.0.0.
+  ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=$major"
+    ldflags+=" -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+    ldflags+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  echo "build: kubernetes $KUBERNETES_VERSION: ${components[*]} (cold: ~25 min on 2 cores)"
+  t=$SECONDS
+  rm -rf "$k8s.tmp" && mkdir -p "$k8s.tmp"
+  (cd "$here/kubernetes" && go build -trimpath -ldflags "$ldflags" -o "$k8s.tmp/" tool)
+  rm -rf "$k8s" && mv "$k8s.tmp" "$k8s"
+  took "kubernetes $KUBERNETES_VERSION" $t "$k8s"
+fi
+
+# etcd -----------------------------------------------------------------------------------
+etcd="$CACHE/etcd-$ETCD_VERSION/bin"
+if ! cached "$etcd" etcd; then
+  echo "build: etcd $ETCD_VERSION"
+  t=$SECONDS
+  mkdir -p "$etcd"
+  (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$etcd/etcd.tmp" \
+    go.etcd.io/etcd/server/v3)
+  mv "$etcd/etcd.tmp" "$etcd/etcd"
+  took "etcd $ETCD_VERSION" $t "$etcd"
+fi
+
+# CoreDNS --------------------------------------------------------------------------------
+coredns="$CACHE/coredns-$COREDNS_VERSION/bin"
+if ! cached "$coredns" coredns; then
+  echo "build: coredns $COREDNS_VERSION"
+  t=$SECONDS
+  mkdir -p "$coredns"
+  GOBIN="$coredns" GOFLAGS=-buildvcs=false go install -trimpath -ldflags "-s -w" \
+    "github.com/coredns/coredns@$COREDNS_VERSION"
+  took "coredns $COREDNS_VERSION" $t "$coredns"
+fi
+
+# pause ----------------------------------------------------------------------------------
+pause="$CACHE/pause-$PAUSE_VERSION/bin"
+if ! cached "$pause" pause; then
+  src="$(cd "$here/kubernetes" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c"
+  mkdir -p "$pause"
+  gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION" -o "$pause/pause.tmp" "$src"
+  strip "$pause/pause.tmp" && mv "$pause/pause.tmp" "$pause/pause"
+  echo "build: pause $PAUSE_VERSION -> $pause"
+fi
