@@ -478,6 +478,26 @@ def test_a_full_status_fits_the_schema() -> None:
     ]
 
 
+def test_defaults_pass_their_own_rules() -> None:
+    """The API server refuses a CRD whose default fails a rule of its own node, and checks
+    the default as written: ``metrics: {default: {}}`` without ``port`` (the nested
+    default is not applied first), so a rule reading ``self.port`` must ask ``has``."""
+    checked = 0
+    for path, node in _walk(SCHEMA, ""):
+        if "default" not in node:
+            continue
+        for rule in node.get("x-kubernetes-validations", []):
+            if "oldSelf" in rule["rule"]:
+                continue
+            try:
+                result = program(rule["rule"]).evaluate({"self": to_cel(node, node["default"])})
+            except celpy.CELEvalError as err:
+                result = err
+            assert result == celtypes.BoolType(True), (path, rule["rule"], result)
+            checked += 1
+    assert checked
+
+
 def test_enums_and_defaults_match_spec_py() -> None:
     props = SCHEMA["properties"]["spec"]["properties"]
     training = props["training"]["properties"]
