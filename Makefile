@@ -12,7 +12,11 @@ export PATH := $(CURDIR)/$(TOOLS):$(CURDIR)/$(VENV)/bin:$(PATH)
 # Quiet TensorFlow's C++ start-up banner in every process the tests start.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: help venv tools prometheus test test-fast lint demo bench crds chart clean
+CLUSTER := hack/cluster
+RELEASE_NS := syncreplicas-system
+
+.PHONY: help venv tools prometheus test test-fast lint demo bench crds chart clean \
+	cluster cluster-down cluster-binaries cluster-images
 
 help:
 	@echo "make demo   - run examples/digits.yaml locally and write demo-report/"
@@ -21,6 +25,9 @@ help:
 	@echo "make bench  - benchmarks (print tables; see bench/RESULTS.md)"
 	@echo "make crds   - copy crds/ into the chart"
 	@echo "make chart  - helm lint --strict and helm template the chart"
+	@echo "make cluster      - a single-node Kubernetes built from upstream sources, with"
+	@echo "                    both images loaded and the chart installed (.cluster/kubeconfig)"
+	@echo "make cluster-down - stop it and remove everything it made"
 
 venv: $(VENV)/.installed
 
@@ -53,8 +60,15 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# The cluster's tests need the cluster: bring it up (and down again at the end, unless it
+# was up before), and fail when stopping it leaves anything behind.
 test: venv tools lint
-	$(PY) -m pytest tests --durations=25
+	@was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \
+	$(MAKE) --no-print-directory cluster || exit 1; \
+	SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest tests --durations=25; rc=$$?; \
+	if [ $$was_up = 0 ]; then \
+		python3 $(CLUSTER)/cluster.py down && python3 $(CLUSTER)/cluster.py leftovers || rc=1; \
+	fi; exit $$rc
 
 # Pure-code tests only: seconds, no processes.
 test-fast: venv
@@ -81,6 +95,23 @@ chart: tools
 	$(HELM) template syncreplicas charts/syncreplicas --api-versions monitoring.coreos.com/v1 >/dev/null
 	promtool check rules charts/syncreplicas/files/alerts.yaml
 	promtool test rules tests/chart/alerts_test.yaml
+
+# A single-node cluster from upstream sources (hack/cluster/README.md). Idempotent.
+cluster: tools
+	$(CLUSTER)/install-host.sh
+	$(CLUSTER)/build-binaries.sh
+	python3 $(CLUSTER)/cluster.py up
+	$(CLUSTER)/images.sh
+	$(CLUSTER)/install-chart.sh
+	@echo
+	@echo "The cluster is up. Next:"
+	@echo "  export KUBECONFIG=$(CURDIR)/.cluster/kubeconfig PATH=$(CURDIR)/$(TOOLS):\$$PATH"
+	@echo "  kubectl apply -f examples/digits.yaml"
+	@echo "  kubectl get srj -w"
+	@echo "  make cluster-down    # stop it"
+
+cluster-down:
+	python3 $(CLUSTER)/cluster.py down
 
 clean:
 	rm -rf $(VENV) .tools demo-report .pytest_cache .mypy_cache .ruff_cache

@@ -10,6 +10,7 @@ plugin, serving cluster.local at the node's address).
     cluster.py up       start it (idempotent: a running cluster is left as it is)
     cluster.py down     stop it and remove every process, mount, rule and interface
     cluster.py status   say what runs
+    cluster.py is-up    exit 0 when it runs and its node is Ready
     cluster.py leftovers  list what a stopped cluster left behind (exit 1 if anything)
 
 Binaries come from build-kubernetes.sh (cached under ~/.cache/syncreplicas); images from
@@ -119,6 +120,10 @@ def wait_for(what: str, ready: Callable[[], bool], timeout: float, log_name: str
         with contextlib.suppress(Exception):
             if ready():
                 return
+        if log_name and log_name in COMPONENTS and running_pid(log_name) is None:
+            timeout = time.monotonic() - deadline + timeout
+            what += " exited and is"
+            break
         time.sleep(0.5)
     tail = ""
     if log_name:
@@ -148,7 +153,10 @@ def make_pki(pki: Path) -> None:
     _openssl("genrsa", "-out", pki / "sa.key", "2048")
     _openssl("rsa", "-in", pki / "sa.key", "-pubout", "-out", pki / "sa.pub")
 
-    def issue(name: str, subject: str, sans: list[str] | None = None, server: bool = False) -> None:
+    def issue(
+        name: str, subject: str, sans: list[str] | None = None, server: bool = False,
+        ca: str = "ca",
+    ) -> None:
         key, csr, crt = pki / f"{name}.key", pki / f"{name}.csr", pki / f"{name}.crt"
         _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key)
         _openssl("req", "-new", "-key", key, "-subj", subject, "-out", csr)
@@ -162,7 +170,8 @@ def make_pki(pki: Path) -> None:
             lines.append("subjectAltName=" + ",".join(sans))
         ext.write_text("\n".join(lines) + "\n")
         _openssl(
-            "x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key, "-CAcreateserial",
+            "x509", "-req", "-in", csr, "-CA", pki / f"{ca}.crt", "-CAkey", pki / f"{ca}.key",
+            "-CAcreateserial",
             "-days", "30", "-sha256", "-extfile", ext, "-out", crt,
         )  # fmt: skip
         csr.unlink()
@@ -192,6 +201,13 @@ def make_pki(pki: Path) -> None:
     issue("kubelet", f"/O=system:nodes/CN=system:node:{NODE_NAME}")
     issue("kube-proxy", "/CN=system:kube-proxy")
     issue("coredns", "/CN=system:coredns")
+    # The aggregation layer's front proxy: its own CA, as kubeadm does.
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", pki / "front-proxy-ca.key")
+    _openssl(
+        "req", "-x509", "-new", "-key", pki / "front-proxy-ca.key", "-sha256", "-days", "30",
+        "-subj", "/CN=front-proxy-ca", "-out", pki / "front-proxy-ca.crt",
+    )  # fmt: skip
+    issue("front-proxy-client", "/CN=front-proxy-client", ca="front-proxy-ca")
 
 
 def write_kubeconfig(path: Path, user: str, server: str = APISERVER) -> None:
@@ -348,6 +364,7 @@ def kube_proxy_config() -> str:
         # Leave the host's conntrack table sizes alone.
         "conntrack": {"maxPerCore": 0, "min": 0},
         "iptables": {"masqueradeAll": False, "localhostNodePorts": False},
+        "nodePortAddresses": ["primary"],
     }
     return json.dumps(config, indent=2)
 
@@ -362,7 +379,6 @@ def corefile() -> str:
         ttl 5
         fallthrough in-addr.arpa ip6.arpa
     }}
-    loop
 }}
 """
 
@@ -590,9 +606,16 @@ def start_control_plane() -> None:
         "--service-account-key-file", pki / "sa.pub",
         "--service-account-signing-key-file", pki / "sa.key",
         "--authorization-mode", "Node,RBAC",
-        "--anonymous-auth", "false",
-        "--allow-privileged", "true",
-        "--profiling", "false",
+        "--requestheader-client-ca-file", pki / "front-proxy-ca.crt",
+        "--requestheader-allowed-names", "front-proxy-client",
+        "--requestheader-username-headers", "X-Remote-User",
+        "--requestheader-group-headers", "X-Remote-Group",
+        "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+        "--proxy-client-cert-file", pki / "front-proxy-client.crt",
+        "--proxy-client-key-file", pki / "front-proxy-client.key",
+        "--anonymous-auth=false",
+        "--allow-privileged=true",
+        "--profiling=false",
         "--v", "1",
     ])  # fmt: skip
     wait_for("kube-apiserver", lambda: api_get("/readyz") == "ok", 120, "kube-apiserver")
@@ -606,9 +629,9 @@ def start_control_plane() -> None:
         "--cluster-signing-key-file", pki / "ca.key",
         "--root-ca-file", pki / "ca.crt",
         "--service-account-private-key-file", pki / "sa.key",
-        "--use-service-account-credentials", "true",
+        "--use-service-account-credentials=true",
         "--service-cluster-ip-range", SERVICE_CIDR,
-        "--leader-elect", "false",
+        "--leader-elect=false",
         "--v", "1",
     ])  # fmt: skip
     start("kube-scheduler", [
@@ -617,7 +640,7 @@ def start_control_plane() -> None:
         "--authentication-kubeconfig", RUN / "kube-scheduler.kubeconfig",
         "--authorization-kubeconfig", RUN / "kube-scheduler.kubeconfig",
         "--bind-address", "127.0.0.1",
-        "--leader-elect", "false",
+        "--leader-elect=false",
         "--v", "1",
     ])  # fmt: skip
     kubectl("apply", "-f", "-", input=BOOTSTRAP_RBAC)
@@ -828,13 +851,15 @@ def status() -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["up", "down", "status", "leftovers"])
+    parser.add_argument("command", choices=["up", "down", "status", "is-up", "leftovers"])
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
             up()
         elif args.command == "down":
             down()
+        elif args.command == "is-up":
+            return 0 if is_up() else 1
         elif args.command == "status":
             print(json.dumps(status(), indent=2))
         else:

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Builds the cluster's images with buildah (no Docker engine, no registry) and loads them
+# into the cluster's containerd (namespace k8s.io), where the kubelet finds them:
+#   registry.k8s.io/pause:<PAUSE_VERSION>       the pod sandbox (pause from build-binaries.sh)
+#   localhost/syncreplicas/python:3.11-bookworm  the base standing in for python:3.11-slim:
+#                                                Debian's python3 by mmdebstrap, a venv at
+#                                                /usr/local (python, pip, site-packages)
+#   <operator image>, <runtime image>            operator/Dockerfile and runtime/Dockerfile,
+#                                                unchanged, with PYTHON_IMAGE=<that base>
+# The operator and runtime images get the names the chart deploys by default. Each step is
+# skipped when its result is there: buildah caches layers (--layers), and an image whose ID
+# was imported before is not imported again.
+#
+#   images.sh            build what is missing and load it
+#   images.sh --build    build only (no cluster needed)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+. "$here/versions.env"
+CACHE="${SYNCREPLICAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncreplicas}"
+RUN="${SYNCREPLICAS_CLUSTER_DIR:-/tmp/syncreplicas-cluster}"
+SOCK="$RUN/containerd/containerd.sock"
+IMPORTED="$CACHE/containerd-imported"
+build_only=0
+[[ "${1:-}" == "--build" ]] && build_only=1
+
+app_version="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/syncreplicas/Chart.yaml")"
+PAUSE="registry.k8s.io/pause:$PAUSE_VERSION"
+BASE="localhost/syncreplicas/python:3.11-bookworm"
+OPERATOR="ghcr.io/syncreplicas/syncreplicas-operator:$app_version"
+RUNTIME="ghcr.io/syncreplicas/syncreplicas-runtime:$app_version"
+
+say() { echo "images: $*"; }
+exists() { buildah inspect --type image "$1" >/dev/null 2>&1; }
+image_id() { buildah inspect --type image --format '{{.FromImageID}}' "$1"; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# pause ----------------------------------------------------------------------------------
+if ! exists "$PAUSE"; then
+  pause_bin="$CACHE/pause-$PAUSE_VERSION/bin/pause"
+  [[ -x "$pause_bin" ]] || { echo "images: $pause_bin missing: run build-binaries.sh" >&2; exit 1; }
+  c="$(buildah from scratch)"
+  buildah copy --quiet "$c" "$pause_bin" /pause >/dev/null
+  buildah config --entrypoint '["/pause"]' --user 65535:65535 "$c"
+  buildah commit --quiet --rm "$c" "$PAUSE" >/dev/null
+  say "built $PAUSE"
+fi
+
+# base -----------------------------------------------------------------------------------
+if ! exists "$BASE"; then
+  t=$SECONDS
+  say "building $BASE from Debian bookworm (mmdebstrap, ~1 min)"
+  mmdebstrap --quiet --variant=minbase \
+    --include=python3,python3-pip,python3-venv,ca-certificates,passwd \
+    --customize-hook='chroot "$1" python3 -m venv /usr/local' \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
+    bookworm "$work/rootfs.tar"
+  c="$(buildah from scratch)"
+  buildah add --quiet "$c" "$work/rootfs.tar" / >/dev/null
+  buildah config --env PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env LANG=C.UTF-8 --cmd '["python3"]' "$c"
+  buildah commit --quiet --rm "$c" "$BASE" >/dev/null
+  rm -f "$work/rootfs.tar"
+  say "built $BASE in $((SECONDS - t)) s"
+fi
+
+# operator and runtime -------------------------------------------------------------------
+# pip inside the build reaches PyPI with this machine's pip settings and CA bundle.
+volumes=(-v /etc/ssl/certs:/etc/ssl/certs:ro)
+[[ -f /etc/pip.conf ]] && volumes+=(-v /etc/pip.conf:/etc/pip.conf:ro)
+for pair in "operator:$OPERATOR" "runtime:$RUNTIME"; do
+  dir="${pair%%:*}"; name="${pair#*:}"
+  t=$SECONDS
+  buildah bud --quiet --layers --isolation chroot \
+    --build-arg "PYTHON_IMAGE=$BASE" "${volumes[@]}" \
+    -f "$repo/$dir/Dockerfile" --ignorefile "$repo/$dir/Dockerfile.dockerignore" \
+    -t "$name" "$repo" >/dev/null
+  say "built $name in $((SECONDS - t)) s ($(buildah images --format '{{.Size}}' "$name" | head -1))"
+done
+
+[[ $build_only == 1 ]] && exit 0
+
+# load into the cluster's containerd -----------------------------------------------------
+[[ -S "$SOCK" ]] || { echo "images: no containerd at $SOCK: run cluster.py up" >&2; exit 1; }
+mkdir -p "$IMPORTED"
+for name in "$PAUSE" "$OPERATOR" "$RUNTIME"; do
+  id="$(image_id "$name")"
+  key="$IMPORTED/$(echo "$name" | tr '/:' '__')"
+  if [[ -f "$key" && "$(cat "$key")" == "$id" ]] \
+      && ctr --address "$SOCK" -n k8s.io images ls -q | grep -qx "$name"; then
+    continue
+  fi
+  t=$SECONDS
+  buildah push --quiet "$name" "docker-archive:$work/image.tar:$name" >/dev/null
+  ctr --address "$SOCK" -n k8s.io images import "$work/image.tar" >/dev/null
+  rm -f "$work/image.tar"
+  echo "$id" > "$key"
+  say "loaded $name into the cluster in $((SECONDS - t)) s"
+done
