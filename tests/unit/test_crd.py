@@ -3,8 +3,10 @@
 The CRD side is checked the way the API server checks a custom resource: structural
 defaults applied, unknown fields rejected (kubectl's strict field validation), the OpenAPI
 v3 schema (openapi-schema-validator) and the ``x-kubernetes-validations`` CEL rules
-(cel-python), including transition rules against an old object. The same bad manifests
-then go through ``syncreplicas validate``.
+(cel-python, with the two functions of the API server's CEL libraries the rules use),
+including transition rules against an old object, each rule's ``fieldPath`` and its
+``messageExpression``. The same bad manifests (the tables below and the files in
+tests/fixtures/invalid) then go through ``syncreplicas validate``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from jsonschema import validators
 from jsonschema.exceptions import ValidationError
 from openapi_schema_validator import OAS30Validator
 from syncreplicas_operator import cli
-from syncreplicas_operator.core import naming, recovery, spec, tfconfig
+from syncreplicas_operator.core import naming, podtemplate, recovery, spec, tfconfig
 from syncreplicas_operator.core.enums import ChiefRestartPolicy, CleanPodPolicy, RestartPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,10 +87,19 @@ def go_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
 GoPatternValidator = validators.extend(OAS30Validator, {"pattern": go_pattern})
 
 
+def field_path(parts: Any) -> str:
+    """``spec.template.spec.containers[1].image``: list indices in brackets, as the API
+    server writes a field path."""
+    path = ""
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
 def schema_errors(value: Any) -> list[tuple[str, str]]:
     problems = []
     for error in GoPatternValidator(SCHEMA).iter_errors(value):
-        path = ".".join(str(p) for p in error.absolute_path)
+        path = field_path(error.absolute_path)
         if error.validator == "required":
             missing = re.match(r"'([^']+)'", error.message)
             if missing:
@@ -97,10 +108,25 @@ def schema_errors(value: Any) -> list[tuple[str, str]]:
     return problems
 
 
+def index_of(items: Any, value: Any) -> celtypes.IntType:
+    """``list.indexOf(value)`` of the API server's CEL list library (not in cel-python)."""
+    return celtypes.IntType(next((i for i, item in enumerate(items) if item == value), -1))
+
+
+def format_string(template: Any, args: Any) -> celtypes.StringType:
+    """``string.format([args])`` of the API server's CEL string library, for the ``%d`` and
+    ``%s`` verbs the rules use (not in cel-python)."""
+    values = iter(args)
+    return celtypes.StringType(re.sub(r"%[ds]", lambda _: str(next(values)), str(template)))
+
+
+KUBERNETES_CEL_FUNCTIONS = {"indexOf": index_of, "format": format_string}
+
+
 @cache
 def program(rule: str) -> Any:
     env = celpy.Environment()
-    return env.program(env.compile(rule))
+    return env.program(env.compile(rule), functions=KUBERNETES_CEL_FUNCTIONS)
 
 
 def to_cel(schema: dict[str, Any], value: Any) -> Any:
@@ -137,7 +163,8 @@ def cel_errors(schema: dict[str, Any], new: Any, old: Any, path: str) -> list[tu
         except celpy.CELEvalError as err:
             result = err
         if result is not True and result != celtypes.BoolType(True):
-            problems.append((path, rule.get("message", rule["rule"])))
+            where = path + rule.get("fieldPath", "")
+            problems.append((where, rule_message(rule, activation)))
     if isinstance(new, dict):
         for key, sub in schema.get("properties", {}).items():
             if key in new:
@@ -145,6 +172,17 @@ def cel_errors(schema: dict[str, Any], new: Any, old: Any, path: str) -> list[tu
                 where = f"{path}.{key}" if path else key
                 problems.extend(cel_errors(sub, new[key], before, where))
     return problems
+
+
+def rule_message(rule: dict[str, Any], activation: dict[str, Any]) -> str:
+    """The message of a failed rule: its messageExpression's value, else (also when that
+    fails, as on the API server) its message, else the rule."""
+    if "messageExpression" in rule:
+        try:
+            return str(program(rule["messageExpression"]).evaluate(activation))
+        except celpy.CELEvalError:
+            pass
+    return str(rule.get("message", rule["rule"]))
 
 
 def crd_problems(
@@ -174,6 +212,10 @@ def minimal() -> dict[str, Any]:
 
 def full() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "tests/fixtures/manifests/full.yaml").read_text())
+
+
+def fixture(name: str) -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "tests/fixtures/manifests" / name).read_text())
 
 
 def with_value(base: Callable[[], dict[str, Any]], dotted: str, value: Any) -> dict[str, Any]:
@@ -223,6 +265,29 @@ GOOD = [
         with_value(minimal, "spec.runPolicy.schedulingPolicy",
                    {"gangScheduler": "Volcano", "queue": "q", "schedulerName": "vc"}),
         id="volcano",
+    ),
+    # Pod templates: which container is the runtime's, and sidecars with images.
+    pytest.param(fixture("tfjob-style.yaml"), id="tfjob-style"),
+    pytest.param(with_value(minimal, "spec.template.spec.containers", [{"name": "trainer"}]),
+                 id="only-container"),
+    pytest.param(
+        with_value(minimal, "spec.template.spec.containers",
+                   [{"name": "tensorflow"}, {"name": "side", "image": "s:1"}]),
+        id="sidecar-with-image",
+    ),
+    pytest.param(
+        with_value(full, "spec.worker.template.spec.containers",
+                   [{"name": "log-shipper", "resources": {"limits": {"memory": "64Mi"}}}]),
+        id="role-overrides-a-sidecar",
+    ),
+    pytest.param(with_value(minimal, "spec.chief.template.spec.containers", [{"name": "main"}]),
+                 id="role-only-container"),
+    pytest.param(
+        with_value(
+            lambda: with_value(minimal, "spec.template.spec.containers", [{"name": "trainer"}]),
+            "spec.ps.template.spec.containers", [{"name": "trainer"}, {"name": "tensorflow"}],
+        ),
+        id="role-names-the-runtime-container",
     ),
 ]  # fmt: skip
 
@@ -277,6 +342,34 @@ BAD = [
     ("spec.image", "r/" + "i" * 1023, "spec.image"),
     ("spec.template", "pod", "spec.template"),
     ("spec.ps.template", [1], "spec.ps.template"),
+    ("spec.template.spec", "pod", "spec.template.spec"),
+    ("spec.template.spec.containers", {"name": "a"}, "spec.template.spec.containers"),
+    ("spec.template.spec.containers", ["a"], "spec.template.spec.containers[0]"),
+    (
+        "spec.template.spec.containers",
+        [{"name": "a" * 64}],
+        "spec.template.spec.containers[0].name",
+    ),
+    (
+        "spec.template.spec.containers",
+        [{"name": "syncreplicas", "image": ""}],
+        "spec.template.spec.containers[0].image",
+    ),
+    (
+        "spec.template.spec.containers",
+        [{"name": f"c{i}", "image": "i"} for i in range(33)],
+        "spec.template.spec.containers",
+    ),
+    (
+        "spec.template.spec.containers",
+        [{"name": "syncreplicas"}, {"name": "tensorflow"}, {"name": "side"}],
+        "spec.template.spec.containers[2].image",
+    ),
+    (
+        "spec.worker.template.spec.containers",
+        [{"name": 5}],
+        "spec.worker.template.spec.containers[0].name",
+    ),
     ("spec.worker.replicas", 3, "spec.worker.replicas"),
     ("spec.runPolicy.restartPolicy", "Always", "spec.runPolicy.restartPolicy"),
     ("spec.runPolicy.backoffLimit", -1, "spec.runPolicy.backoffLimit"),
@@ -332,7 +425,23 @@ BAD = [
     ("metadata.name", "1starts-with-digit", "metadata.name"),
     ("metadata.name", "a" * 52, "metadata.name"),
 ]
-BAD_IDS = [f"{field}={value!r}"[:60] for field, value, _ in BAD]
+INVALID_FILES = sorted((ROOT / "tests/fixtures/invalid").glob("*.yaml"))
+
+
+def invalid_fixture(path: Path) -> tuple[dict[str, Any], str]:
+    """An invalid manifest and the field its first line says the problem names."""
+    text = path.read_text()
+    named = re.match(r"# names: (\S+)\n", text)
+    assert named, f"{path}: the first line must be '# names: <field path>'"
+    return yaml.safe_load(text), named.group(1)
+
+
+# (manifest, the field the problem must name): the table above on minimal.yaml, then the
+# files in tests/fixtures/invalid.
+BAD_MANIFESTS = [
+    pytest.param(with_value(minimal, field, value), named, id=f"{field}={value!r}"[:60])
+    for field, value, named in BAD
+] + [pytest.param(*invalid_fixture(path), id=path.name) for path in INVALID_FILES]
 
 # Updates of full.yaml: (field, new value, the field the refusal names or None if allowed).
 TRANSITIONS = [
@@ -532,6 +641,27 @@ def test_enums_and_defaults_match_spec_py() -> None:
     }
 
 
+def test_template_containers_match_podtemplate_py() -> None:
+    """Every template (spec.template and each role's) declares the containers its CEL
+    rules read, with the bounds spec.py checks and the runtime container's names."""
+    props = SCHEMA["properties"]["spec"]["properties"]
+    roles = [props[r]["properties"]["template"] for r in naming.REPLICA_TYPES]
+    templates = [props["template"], *roles]
+    for template in templates:
+        containers = template["properties"]["spec"]["properties"]["containers"]
+        assert containers["maxItems"] == podtemplate.MAX_CONTAINERS
+        item = containers["items"]
+        assert item["required"] == ["name"]
+        assert item["properties"]["name"]["maxLength"] == podtemplate.MAX_CONTAINER_NAME_LENGTH
+        assert item["properties"]["image"]["maxLength"] == spec.MAX_IMAGE_LENGTH
+    names = str(list(podtemplate.RUNTIME_CONTAINER_NAMES))
+    base = props["template"]["properties"]["spec"]["properties"]["containers"]
+    at_spec = SCHEMA["properties"]["spec"]["x-kubernetes-validations"]
+    rules = [*base["x-kubernetes-validations"], *at_spec]
+    paths = {r.get("fieldPath") for r in rules if names in r["rule"]}
+    assert paths == {None} | {f".{r}.template.spec.containers" for r in naming.REPLICA_TYPES}
+
+
 def test_immutable_fields_match_spec_py() -> None:
     props = SCHEMA["properties"]["spec"]["properties"]
 
@@ -553,9 +683,12 @@ def test_good_manifests_pass_both(manifest: dict[str, Any]) -> None:
     spec.parse_job(manifest)
 
 
-@pytest.mark.parametrize(("field", "value", "named"), BAD, ids=BAD_IDS)
-def test_bad_manifests_fail_both_naming_the_field(field: str, value: Any, named: str) -> None:
-    manifest = with_value(minimal, field, value)
+def test_invalid_fixtures_are_found() -> None:
+    assert len(INVALID_FILES) >= 5
+
+
+@pytest.mark.parametrize(("manifest", "named"), BAD_MANIFESTS)
+def test_bad_manifests_fail_both_naming_the_field(manifest: dict[str, Any], named: str) -> None:
     problems = crd_problems(manifest)
     assert names_field(problems, named), problems
     with pytest.raises(spec.SpecError) as caught:
@@ -563,12 +696,12 @@ def test_bad_manifests_fail_both_naming_the_field(field: str, value: Any, named:
     assert named in [p.path for p in caught.value.problems], caught.value.problems
 
 
-@pytest.mark.parametrize(("field", "value", "named"), BAD, ids=BAD_IDS)
+@pytest.mark.parametrize(("manifest", "named"), BAD_MANIFESTS)
 def test_bad_manifests_through_validate(
-    field: str, value: Any, named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    manifest: dict[str, Any], named: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(with_value(minimal, field, value)))
+    path.write_text(yaml.safe_dump(manifest))
     assert cli.main(["validate", str(path)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert any(f": {named}: " in line for line in lines), lines

@@ -380,36 +380,124 @@ def test_writable_directories(
 # --- templates -----------------------------------------------------------------------------
 
 
+# What a user's runtime container brings: every field must reach the runtime's container.
+USER_CONTAINER: dict[str, Any] = {
+    "env": [{"name": "PYTHONPATH", "value": "/opt/model"}],
+    "volumeMounts": [{"name": "model", "mountPath": "/opt/model", "readOnly": True}],
+    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+    "securityContext": {"runAsUser": 2000},
+}
+MODEL_VOLUME = {"name": "model", "configMap": {"name": "user-model"}}
+SIDECAR = {"name": "log-shipper", "image": "registry.example.org/shipper:1"}
+
+
 @pytest.mark.parametrize(
-    ("base", "override", "merged"),
+    ("containers", "names"),
     [
-        ({}, {}, {}),
-        ({"a": 1}, {"b": 2}, {"a": 1, "b": 2}),
-        ({"a": {"x": 1, "y": 2}}, {"a": {"y": 3}}, {"a": {"x": 1, "y": 3}}),
-        ({"args": ["a"]}, {"args": ["b"]}, {"args": ["b"]}),
-        (
-            {"containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}]}]},
-            {"containers": [{"name": "c", "env": [{"name": "B", "value": "2"}]}, {"name": "d"}]},
-            {"containers": [
-                {"name": "c", "image": "i",
-                 "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
-                {"name": "d"}]},
-        ),
-        (
-            {"volumeMounts": [{"name": "a", "mountPath": "/x"}]},
-            {"volumeMounts": [{"name": "b", "mountPath": "/x"}]},
-            {"volumeMounts": [{"name": "b", "mountPath": "/x"}]},
-        ),
-        ({"a": {"x": 1}}, {"a": None}, {"a": None}),
+        ([{"name": "syncreplicas", **USER_CONTAINER}], ["syncreplicas"]),
+        ([{"name": "tensorflow", **USER_CONTAINER}], ["syncreplicas"]),
+        ([{"name": "trainer", **USER_CONTAINER}], ["syncreplicas"]),
+        ([{"name": "tensorflow", **USER_CONTAINER}, SIDECAR], ["syncreplicas", "log-shipper"]),
+        ([SIDECAR, {"name": "tensorflow", **USER_CONTAINER}], ["log-shipper", "syncreplicas"]),
     ],
-    ids=["empty", "keys", "nested", "plain-list", "containers-by-name", "mounts-by-path", "null"],
+    ids=["named-syncreplicas", "named-tensorflow", "only-container", "sidecar-with-image",
+         "sidecar-first"],
 )  # fmt: skip
-def test_merge_templates(
-    base: dict[str, Any], override: dict[str, Any], merged: dict[str, Any]
+@pytest.mark.parametrize("replica_type", ["ps", "chief", "worker"])
+def test_the_runtime_container_is_found_as_users_name_it(
+    containers: list[dict[str, Any]], names: list[str], replica_type: str
 ) -> None:
-    before = (copy.deepcopy(base), copy.deepcopy(override))
-    assert manifests.merge_templates(base, override) == merged
-    assert (base, override) == before
+    template = {"spec": {"containers": containers, "volumes": [MODEL_VOLUME]}}
+    pod = manifests.build_pod(job(template=template), replica_type, 0, default_image="d:1")
+    assert [c["name"] for c in pod["spec"]["containers"]] == names
+    container = runtime(pod)
+    assert container["image"] == "d:1"
+    assert container["command"] == list(manifests.RUNTIME_COMMAND)
+    assert env(pod)["PYTHONPATH"] == "/opt/model"
+    assert "TF_CONFIG" in env(pod)
+    assert mounts(pod)["/opt/model"] == "model"
+    assert volumes(pod)["model"] == MODEL_VOLUME
+    assert container["resources"] == USER_CONTAINER["resources"]
+    assert container["securityContext"]["runAsUser"] == 2000
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert all(c.get("image") for c in pod["spec"]["containers"])
+    if SIDECAR in containers:
+        assert SIDECAR in pod["spec"]["containers"]
+
+
+def test_a_sidecar_without_an_image_is_refused() -> None:
+    template = {"spec": {"containers": [{"name": "tensorflow", **USER_CONTAINER},
+                                        {"name": "log-shipper"}]}}  # fmt: skip
+    with pytest.raises(spec.SpecError) as caught:
+        job(template=template)
+    assert [p.path for p in caught.value.problems] == ["spec.template.spec.containers[1].image"]
+    assert "'log-shipper' is a sidecar" in str(caught.value)
+
+
+# Role templates: (spec.template's containers, the role's, the role's pod's container names,
+# env of its runtime container, its mounts; the other roles keep spec.template's).
+ROLE_CASES = [
+    pytest.param(
+        [{"name": "tensorflow", "env": USER_CONTAINER["env"]}],
+        [{"name": "tensorflow", "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}]}],
+        ["syncreplicas"], {"PYTHONPATH"}, {"/ckpt"}, id="both-tensorflow",
+    ),
+    pytest.param(
+        [{"name": "tensorflow", "env": USER_CONTAINER["env"]}],
+        [{"name": "syncreplicas", "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}]}],
+        ["syncreplicas"], {"PYTHONPATH"}, {"/ckpt"}, id="tensorflow-then-syncreplicas",
+    ),
+    pytest.param(
+        [{"name": "trainer", "env": USER_CONTAINER["env"]}],
+        [{"name": "trainer", "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}]}],
+        ["syncreplicas"], {"PYTHONPATH"}, {"/ckpt"}, id="named-like-the-base",
+    ),
+    pytest.param(
+        [],
+        [{"name": "main", "env": USER_CONTAINER["env"],
+          "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}]}],
+        ["syncreplicas"], {"PYTHONPATH"}, {"/ckpt"}, id="role-only-container",
+    ),
+    pytest.param(
+        [{"name": "tensorflow", "env": USER_CONTAINER["env"]}, SIDECAR],
+        [{"name": "log-shipper", "resources": {"limits": {"memory": "64Mi"}}}],
+        ["syncreplicas", "log-shipper"], {"PYTHONPATH"}, set(), id="role-overrides-a-sidecar",
+    ),
+    pytest.param(
+        [{"name": "tensorflow", "env": USER_CONTAINER["env"]}],
+        [{"name": "profiler", "image": "p:1"}],
+        ["syncreplicas", "profiler"], {"PYTHONPATH"}, set(), id="role-adds-a-sidecar",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("base", "role", "names", "env_names", "role_mounts"), ROLE_CASES)
+def test_role_templates_follow_the_same_rules(
+    base: list[dict[str, Any]],
+    role: list[dict[str, Any]],
+    names: list[str],
+    env_names: set[str],
+    role_mounts: set[str],
+) -> None:
+    fields: dict[str, Any] = {"chief": {"template": {"spec": {"containers": role}}}}
+    if base:
+        fields["template"] = {"spec": {"containers": base}}
+    j = job(**fields)
+    chief = manifests.build_pod(j, "chief", 0)
+    assert [c["name"] for c in chief["spec"]["containers"]] == names
+    assert env_names <= set(env(chief))
+    assert role_mounts <= set(mounts(chief))
+    assert all(c.get("image") for c in chief["spec"]["containers"])
+    if SIDECAR in base:
+        sidecar = chief["spec"]["containers"][1]
+        assert sidecar["image"] == SIDECAR["image"]
+        assert sidecar["resources"] == {"limits": {"memory": "64Mi"}}
+    worker = manifests.build_pod(j, "worker", 0)
+    assert [c["name"] for c in worker["spec"]["containers"]] == [
+        "syncreplicas",
+        *(["log-shipper"] if SIDECAR in base else []),
+    ]
+    assert not role_mounts & set(mounts(worker))
 
 
 def test_role_templates_apply_to_their_role_only() -> None:

@@ -84,6 +84,9 @@ def test_rendered_objects_are_valid_kubernetes(
     assert kinds.count("NetworkPolicy") == 1
     for obj in objects:
         check(obj)
+        # The API server requires an image of every container; its OpenAPI schema does not.
+        for container in obj["spec"].get("containers", []):
+            assert container.get("image"), (obj["metadata"]["name"], container["name"])
 
 
 @pytest.mark.parametrize(
@@ -124,3 +127,38 @@ def test_render_refuses_invalid_manifests(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert f"{path}: spec.workers: must be >= 0, got -1" in captured.err
+
+
+def test_render_a_tfjob_style_template(capsys: pytest.CaptureFixture[str]) -> None:
+    """The template of a TFJob user (a container named tensorflow, no image, model code from
+    a ConfigMap, a PVC for checkpoints): one container per pod, the runtime's, with them."""
+    objects = render(FIXTURES / "tfjob-style.yaml", capsys)
+    pods = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Pod"}
+    for name, pod in pods.items():
+        [container] = pod["spec"]["containers"]
+        assert container["name"] == "syncreplicas"
+        assert container["image"] == manifests.DEFAULT_IMAGE
+        variables = {e["name"]: e.get("value") for e in container["env"]}
+        assert variables["PYTHONPATH"] == "/opt/model"
+        assert "TF_CONFIG" in variables
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        assert mounts["/opt/model"] == "model", name
+        assert container["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert volumes["model"] == {"name": "model", "configMap": {"name": "user-model"}}
+    chief = pods["tfjob-style-chief-0"]
+    [container] = chief["spec"]["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts[spec.DEFAULT_CHECKPOINT_DIR] == "checkpoints"
+    assert {v["name"]: v for v in chief["spec"]["volumes"]}["checkpoints"] == {
+        "name": "checkpoints",
+        "persistentVolumeClaim": {"claimName": "tfjob-style-checkpoints"},
+    }
+
+
+def test_render_refuses_a_sidecar_without_an_image(capsys: pytest.CaptureFixture[str]) -> None:
+    path = ROOT / "tests" / "fixtures" / "invalid" / "sidecar-without-image.yaml"
+    assert cli.main(["render", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"{path}: spec.template.spec.containers[1].image: is required: " in captured.err

@@ -4,9 +4,10 @@ headless Service per replica, and one NetworkPolicy per job.
 Pure builders: templates are deep-copied, inputs never mutated, names deterministic.
 
 Pod template: ``spec.template`` for every role, with ``spec.<role>.template`` merged on
-top (objects recursively; containers, initContainers, volumes, env and ports by ``name``,
-volumeMounts by ``mountPath``; other lists replaced). The runtime container is the one
-named ``syncreplicas`` (added if the template has none). The operator always sets its
+top (``core/podtemplate.py``: the merge, and which container carries the runtime: one
+named ``syncreplicas`` or ``tensorflow``, or a template's only container; it is named
+``syncreplicas`` in the pod, and added if the template has none; every other container
+is a sidecar, kept as it is). The operator always sets its
 contract environment (``TF_CONFIG``, ``SYNCREPLICAS_JOB``, ...), the ports ``tf`` and
 ``metrics``, the labels, the owner reference and the pod's restartPolicy (below); the
 command and image only where the template sets none. Security settings are defaults: each
@@ -37,7 +38,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
-from . import naming, tfconfig
+from . import naming, podtemplate, tfconfig
 from .enums import ChiefRestartPolicy, GangScheduler, RestartPolicy
 from .spec import Job, JobSpec
 
@@ -55,50 +56,12 @@ DEFAULT_UID: Final = 10001
 POD_RESTART_NEVER: Final = "Never"
 POD_RESTART_ON_FAILURE: Final = "OnFailure"
 
-# Lists merged item by item (by this key) when a per-role template overrides the base.
-_MERGE_KEYS: Final = {
-    "containers": "name",
-    "initContainers": "name",
-    "ephemeralContainers": "name",
-    "volumes": "name",
-    "env": "name",
-    "ports": "name",
-    "volumeMounts": "mountPath",
-    "imagePullSecrets": "name",
-}
-
 Manifest = dict[str, Any]
-
-
-def merge_templates(base: Mapping[str, Any], override: Mapping[str, Any]) -> Manifest:
-    """``override`` merged over ``base`` (both untouched): a new dict."""
-    merged: Manifest = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        current = merged.get(key)
-        if isinstance(current, Mapping) and isinstance(value, Mapping):
-            merged[key] = merge_templates(current, value)
-        elif key in _MERGE_KEYS and isinstance(current, list) and isinstance(value, list):
-            merged[key] = _merge_named(current, value, _MERGE_KEYS[key])
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-def _merge_named(base: list[Any], override: list[Any], key: str) -> list[Any]:
-    result = copy.deepcopy(base)
-    positions = {item.get(key): i for i, item in enumerate(result) if isinstance(item, Mapping)}
-    for item in override:
-        name = item.get(key) if isinstance(item, Mapping) else None
-        if name is not None and name in positions:
-            result[positions[name]] = merge_templates(result[positions[name]], item)
-        else:
-            result.append(copy.deepcopy(item))
-    return result
 
 
 def role_template(spec: JobSpec, replica_type: str) -> Manifest:
     """The PodTemplateSpec of one role: base template with the role's override merged."""
-    return merge_templates(spec.template, spec.role_templates.get(replica_type, {}))
+    return podtemplate.role_template(spec.template, spec.role_templates.get(replica_type, {}))
 
 
 def pod_restart_policy(spec: JobSpec, replica_type: str) -> str:

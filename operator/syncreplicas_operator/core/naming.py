@@ -60,6 +60,9 @@ VOLCANO_SCHEDULER_NAME: Final = "volcano"
 # --- ports and container ------------------------------------------------------------------
 
 CONTAINER_NAME: Final = "syncreplicas"
+# Kubeflow's TFJob requires this name for its main container; templates written for it
+# carry the runtime's settings there (core/podtemplate.py).
+TFJOB_CONTAINER_NAME: Final = "tensorflow"
 TF_PORT: Final = 2222
 TF_PORT_NAME: Final = "tf"
 METRICS_PORT_NAME: Final = "metrics"

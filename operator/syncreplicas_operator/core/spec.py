@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, NamedTuple, TypeVar
 
-from . import naming
+from . import naming, podtemplate
 from .enums import ChiefRestartPolicy, CleanPodPolicy, GangScheduler, RestartPolicy
 
 # --- allowed values and defaults (the CRD carries the same numbers) -----------------------
@@ -611,9 +611,56 @@ def _straggler_policy(
     return StragglerPolicy(evict_after_seconds=evict_after, min_drop_fraction=fraction)
 
 
-def _template(c: _Checker, parent: Mapping[str, Any], path: str) -> dict[str, Any]:
+def _template(
+    c: _Checker,
+    parent: Mapping[str, Any],
+    path: str,
+    base: list[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A PodTemplateSpec; ``base`` is spec.template's containers when it is a role's."""
     raw = c.mapping(parent, "template", path)
-    return copy.deepcopy(dict(raw)) if raw is not None else {}
+    if raw is None:
+        return {}
+    pod_spec = c.mapping(raw, "spec", f"{path}.spec")
+    if pod_spec is not None:
+        _containers(c, pod_spec, f"{path}.spec.containers", base)
+    return copy.deepcopy(dict(raw))
+
+
+def _containers(
+    c: _Checker, pod_spec: Mapping[str, Any], path: str, base: list[Mapping[str, Any]] | None
+) -> None:
+    """What the CRD's schema and CEL rules check of a template's containers: a name each,
+    and an image for every sidecar (core/podtemplate.py says which containers are)."""
+    items = pod_spec.get("containers")
+    if items is None:
+        return
+    if not isinstance(items, list):
+        c.add(path, f"must be an array, got {_type_name(items)}")
+        return
+    if len(items) > podtemplate.MAX_CONTAINERS:
+        c.add(path, f"must have at most {podtemplate.MAX_CONTAINERS} items, got {len(items)}")
+    well_formed = True
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            c.add(f"{path}[{i}]", f"must be an object, got {_type_name(item)}")
+            well_formed = False
+            continue
+        name = c.string(item, "name", f"{path}[{i}].name", required=True,
+                        max_length=podtemplate.MAX_CONTAINER_NAME_LENGTH)  # fmt: skip
+        well_formed = well_formed and name is not None
+        c.string(item, "image", f"{path}[{i}].image", min_length=1, max_length=MAX_IMAGE_LENGTH)
+    if not well_formed:
+        return  # which container is which cannot be told (the CRD's CEL rules do not run)
+    if base:
+        not_runtime = "not named syncreplicas, tensorflow or like a container of spec.template"
+    else:
+        not_runtime = "not named syncreplicas or tensorflow, nor the template's only container"
+    for i in podtemplate.sidecars_without_image(items, base):
+        c.add(
+            f"{path}[{i}].image",
+            f"is required: container {items[i]['name']!r} is a sidecar ({not_runtime})",
+        )
 
 
 def parse_spec(spec: object, path: str = "spec") -> JobSpec:
@@ -635,12 +682,15 @@ def _parse_spec(c: _Checker, spec: object, path: str) -> JobSpec:
         # Nothing below can be checked; listing every missing field would bury the cause.
         return JobSpec(replicas_to_aggregate=1, workers=0, model=ModelSpec(entrypoint=""))
     c.unknown(spec, _SPEC_FIELDS, path)
+    template = _template(c, spec, f"{path}.template")
     roles: dict[str, dict[str, Any]] = {}
     for role in naming.REPLICA_TYPES:
         raw = c.mapping(spec, role, f"{path}.{role}")
         if raw is not None:
             c.unknown(raw, _ROLE_FIELDS, f"{path}.{role}")
-            roles[role] = _template(c, raw, f"{path}.{role}.template")
+            roles[role] = _template(
+                c, raw, f"{path}.{role}.template", podtemplate.containers(template)
+            )
     stall = c.integer(
         spec,
         "stallTimeoutSeconds",
@@ -686,7 +736,7 @@ def _parse_spec(c: _Checker, spec: object, path: str) -> JobSpec:
         training=_training(c, spec, f"{path}.training"),
         metrics=_metrics(c, spec, f"{path}.metrics"),
         image=c.string(spec, "image", f"{path}.image", min_length=1, max_length=MAX_IMAGE_LENGTH),
-        template=_template(c, spec, f"{path}.template"),
+        template=template,
         role_templates=roles,
         run_policy=_run_policy(c, spec, f"{path}.runPolicy"),
         chief_restart_policy=c.choice(
