@@ -261,6 +261,9 @@ state = "{RUN / "containerd" / "state"}"
   sandbox_image = "registry.k8s.io/pause:{VERSIONS["PAUSE_VERSION"]}"
   enable_selinux = false
   disable_apparmor = true
+  # This host withholds CAP_SYS_RESOURCE: a sandbox may not lower its OOM score below
+  # containerd's own (the kubelet asks for -998).
+  restrict_oom_score_adj = true
   [{cri}.containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -268,6 +271,7 @@ state = "{RUN / "containerd" / "state"}"
       runtime_type = "io.containerd.runc.v2"
       [{cri}.containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "{RUN / "runc"}"
   [{cri}.cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "{RUN / "cni"}"

@@ -1,0 +1,107 @@
+"""Talk to the local cluster of `make cluster` the way a user does: kubectl and helm.
+
+One job: run the real client binaries against the cluster's kubeconfig and hand back
+parsed output. The tests assert; nothing here decides what is right.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+REPO = Path(__file__).resolve().parents[2]
+KUBECONFIG = REPO / ".cluster" / "kubeconfig"
+CLUSTER_PY = REPO / "hack" / "cluster" / "cluster.py"
+CHART = REPO / "charts" / "syncreplicas"
+RELEASE = "syncreplicas"
+RELEASE_NAMESPACE = "syncreplicas-system"
+T = TypeVar("T")
+
+
+def tool(name: str) -> str:
+    local = REPO / ".tools" / "bin" / name
+    return str(local) if local.exists() else name
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "KUBECONFIG": str(KUBECONFIG)}
+
+
+def run(
+    *argv: str, check: bool = True, input: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        list(argv), capture_output=True, text=True, env=env(), input=input, timeout=timeout,
+        check=False,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(argv)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+def kubectl(*args: str, check: bool = True, input: str | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return run(tool("kubectl"), *args, check=check, input=input, timeout=timeout)
+
+
+def kubectl_json(*args: str) -> Any:
+    return json.loads(kubectl(*args, "-o", "json").stdout)
+
+
+def helm(*args: str, check: bool = True, timeout: float = 360) -> subprocess.CompletedProcess[str]:
+    return run(tool("helm"), *args, check=check, timeout=timeout)
+
+
+def cluster(command: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return run("python3", str(CLUSTER_PY), command, check=check, timeout=timeout)
+
+
+def is_up() -> bool:
+    return KUBECONFIG.exists() and cluster("is-up", check=False).returncode == 0
+
+
+def eventually(what: str, probe: Callable[[], T | None], timeout: float,
+               interval: float = 1.0) -> T:  # fmt: skip
+    """The first truthy value of ``probe`` within ``timeout`` seconds, or fail saying what
+    did not happen (the probe's last exception included)."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        try:
+            value = probe()
+            if value:
+                return value
+        except (AssertionError, subprocess.SubprocessError, ValueError, KeyError) as error:
+            last = error
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s (last error: {last})")
+        time.sleep(interval)
+
+
+def pods(namespace: str, selector: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"]
+    return items
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for item in obj.get("status", {}).get("conditions", []):
+        if item.get("type") == kind:
+            return dict(item)
+    return None
+
+
+def describe(namespace: str, *what: str) -> str:
+    """What a user looks at when a test fails: describe, events, the operator's log."""
+    out = [kubectl("describe", *what, "-n", namespace, check=False).stdout]
+    out.append(kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp",
+                       check=False).stdout)  # fmt: skip
+    out.append(kubectl("logs", "-n", RELEASE_NAMESPACE, "deploy/syncreplicas-operator",
+                       "--tail=60", check=False).stdout)  # fmt: skip
+    return "\n".join(out)

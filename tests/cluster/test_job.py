@@ -1,0 +1,153 @@
+"""A user's job on a real cluster: `kubectl apply -f`, watch, wait, clean up.
+
+The operator (the chart's Deployment, under the chart's ServiceAccount and RBAC) creates
+the PS, chief and worker pods, their Services and the NetworkPolicy; the pods run the
+runtime image as the non-root user; every replica reaches its peers by the TF_CONFIG
+service names through CoreDNS; training reaches maxSteps; the job is Succeeded; the PS
+pods are gone; the chief's checkpoint is on its volume. Deleting a job removes every child
+through ownerReferences (the real garbage collector).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.cluster import kube
+
+JOB_NAME = "linear"
+LABEL = "syncreplicas.io/job-name"
+# What the operator must create for a job of 1 PS, a chief and 1 worker.
+REPLICAS = ("ps-0", "chief-0", "worker-0")
+
+
+def linear_job(max_steps: int = 200) -> dict[str, Any]:
+    """examples/linear.yaml made smaller: one PS, a chief and one worker (R=2)."""
+    job = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
+    job["spec"].update({"workers": 1, "replicasToAggregate": 2, "parameterServers": 1})
+    job["spec"]["training"].update(
+        {"maxSteps": max_steps, "checkpointEverySteps": 50, "logEverySteps": 50,
+         "evalEverySteps": 100}  # fmt: skip
+    )
+    return dict(job)
+
+
+def apply(namespace: str, job: dict[str, Any]) -> None:
+    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job))
+
+
+def srj(namespace: str, name: str = JOB_NAME) -> dict[str, Any]:
+    return dict(kube.kubectl_json("get", "srj", name, "-n", namespace))
+
+
+def test_a_job_trains_to_max_steps_in_real_pods(namespace: str) -> None:
+    apply(namespace, linear_job())
+    try:
+        _watch_training(namespace)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{kube.describe(namespace, 'srj', JOB_NAME)}") from error
+
+
+def _watch_training(namespace: str) -> None:
+    # The operator creates every child; the pods run and reach each other by name.
+    def children() -> bool:
+        names = {p["metadata"]["name"] for p in kube.pods(namespace, f"{LABEL}={JOB_NAME}")}
+        return names == {f"{JOB_NAME}-{r}" for r in REPLICAS}
+
+    kube.eventually("the operator creates a pod per replica", children, 60)
+    services = kube.kubectl_json("get", "services", "-n", namespace, "-l", f"{LABEL}={JOB_NAME}")
+    assert {s["metadata"]["name"] for s in services["items"]} == {
+        f"{JOB_NAME}-{r}" for r in REPLICAS
+    }
+    assert all(s["spec"]["clusterIP"] == "None" for s in services["items"])
+    policies = kube.kubectl_json("get", "networkpolicies", "-n", namespace)["items"]
+    assert [p["metadata"]["name"] for p in policies] == [JOB_NAME]
+
+    # `kubectl get srj` shows the phase and the global step while it trains.
+    seen: list[str] = []
+
+    def training_shown() -> bool:
+        line = kube.kubectl("get", "srj", JOB_NAME, "-n", namespace, "--no-headers").stdout
+        seen.append(line.strip())
+        fields = line.split()
+        return len(fields) >= 3 and fields[1] == "Running" and fields[2].isdigit() and int(fields[2]) > 0
+
+    kube.eventually("`kubectl get srj` shows Running and a global step", training_shown, 240, 0.5)
+
+    # The pods run the runtime image as the non-root user of the image and the chart.
+    ps = f"{JOB_NAME}-ps-0"
+    assert kube.kubectl("exec", "-n", namespace, ps, "--", "id", "-u").stdout.strip() == "10001"
+    pod = kube.kubectl_json("get", "pod", ps, "-n", namespace)
+    status = pod["status"]["containerStatuses"][0]
+    assert status["image"].endswith("syncreplicas-runtime:0.1.0"), status["image"]
+    # Every address in TF_CONFIG is a service name that CoreDNS resolves to that pod.
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    cluster_spec = json.loads(env["TF_CONFIG"])["cluster"]
+    addresses = [a for role in cluster_spec.values() for a in role]
+    assert addresses, cluster_spec
+    pod_ips = {p["status"].get("podIP") for p in kube.pods(namespace, f"{LABEL}={JOB_NAME}")}
+    for address in addresses:
+        host = address.rsplit(":", 1)[0]
+        resolved = kube.kubectl(
+            "exec", "-n", namespace, ps, "--", "python", "-c",
+            f"import socket; print(socket.gethostbyname({host!r}))",
+        ).stdout.strip()  # fmt: skip
+        assert resolved in pod_ips, (address, resolved, pod_ips)
+
+    kube.kubectl("wait", "-n", namespace, f"srj/{JOB_NAME}", "--for=condition=Succeeded",
+                 "--timeout=300s", timeout=320)  # fmt: skip
+    job = srj(namespace)
+    assert job["status"]["phase"] == "Succeeded"
+    assert job["status"]["globalStep"] >= job["spec"]["training"]["maxSteps"]
+    assert any(line.split()[1] == "Running" for line in seen if len(line.split()) > 1)
+
+    # PS pods never outlive the job (cleanPodPolicy Running); the chief's pod stays, with
+    # its checkpoint on its volume (an emptyDir, kept by the kubelet while the pod exists).
+    kube.eventually(
+        "the PS pod is deleted after success",
+        lambda: not kube.pods(namespace, f"{LABEL}={JOB_NAME},syncreplicas.io/replica-type=ps"),
+        60,
+    )
+    chief = kube.kubectl_json("get", "pod", f"{JOB_NAME}-chief-0", "-n", namespace)
+    assert chief["status"]["phase"] == "Succeeded"
+    checkpoints = _chief_volume(chief, "syncreplicas-checkpoints")
+    index = checkpoints / "checkpoint"
+    assert index.exists(), sorted(p.name for p in checkpoints.iterdir())
+    assert f"model.ckpt-{job['status']['globalStep']}" in index.read_text()
+
+
+def _chief_volume(pod: dict[str, Any], volume: str) -> Path:
+    """An emptyDir of a pod on this node, where the kubelet keeps it."""
+    root = Path("/tmp/syncreplicas-cluster/kubelet/pods") / pod["metadata"]["uid"]
+    return root / "volumes" / "kubernetes.io~empty-dir" / volume
+
+
+def test_deleting_a_job_removes_every_child_through_owner_references(namespace: str) -> None:
+    apply(namespace, linear_job(max_steps=100000))
+    selector = f"{LABEL}={JOB_NAME}"
+    kube.eventually("the job's pods run", lambda: len(
+        [p for p in kube.pods(namespace, selector) if p["status"].get("phase") == "Running"]
+    ) == len(REPLICAS), 120)  # fmt: skip
+    for kind in ("pods", "services", "networkpolicies"):
+        for item in kube.kubectl_json("get", kind, "-n", namespace, "-l", selector)["items"]:
+            owners = item["metadata"].get("ownerReferences", [])
+            assert [(o["kind"], o["name"], o.get("controller")) for o in owners] == [
+                ("SyncReplicasJob", JOB_NAME, True)
+            ], (kind, item["metadata"]["name"])
+    started = time.monotonic()
+    kube.kubectl("delete", "srj", JOB_NAME, "-n", namespace, "--timeout=60s", timeout=90)
+    deleted = time.monotonic() - started
+
+    def nothing_left() -> bool:
+        return all(
+            not kube.kubectl_json("get", kind, "-n", namespace, "-l", selector)["items"]
+            for kind in ("pods", "services", "networkpolicies")
+        )
+
+    kube.eventually("every child of the deleted job is gone", nothing_left, 120)
+    # The finalizer, if any, never holds the deletion up for long.
+    assert deleted < 30, f"kubectl delete srj took {deleted:.0f} s"
