@@ -56,7 +56,7 @@ prometheus:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 lint: venv
-	$(VENV)/bin/ruff check operator runtime tests bench examples
+	$(VENV)/bin/ruff check operator runtime tests bench examples hack
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

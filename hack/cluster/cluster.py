@@ -202,9 +202,10 @@ def make_pki(pki: Path) -> None:
     issue("kube-proxy", "/CN=system:kube-proxy")
     issue("coredns", "/CN=system:coredns")
     # The aggregation layer's front proxy: its own CA, as kubeadm does.
-    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", pki / "front-proxy-ca.key")
+    front_key = pki / "front-proxy-ca.key"
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", front_key)
     _openssl(
-        "req", "-x509", "-new", "-key", pki / "front-proxy-ca.key", "-sha256", "-days", "30",
+        "req", "-x509", "-new", "-key", front_key, "-sha256", "-days", "30",
         "-subj", "/CN=front-proxy-ca", "-out", pki / "front-proxy-ca.crt",
     )  # fmt: skip
     issue("front-proxy-client", "/CN=front-proxy-client", ca="front-proxy-ca")
@@ -481,14 +482,14 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def api_get(path: str, timeout: float = 5) -> str:
-    with urllib.request.urlopen(  # noqa: S310 (our own API server)
+    with urllib.request.urlopen(
         APISERVER + path, context=_tls_context(), timeout=timeout
     ) as response:
         return str(response.read().decode())
 
 
 def http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310
+    with urllib.request.urlopen(url, timeout=2) as response:
         return bool(response.status == 200)
 
 
@@ -740,9 +741,9 @@ def our_processes() -> list[tuple[int, str]]:
         except OSError:
             continue
         base = Path(exe.split(" ")[0]).name
-        if exe.startswith(str(CACHE)) or (base in names and str(RUN).encode() in b" ".join(cmdline)):
-            found.append((int(proc.name), exe))
-        elif base.startswith("containerd-shim") and any(str(RUN).encode() in c for c in cmdline):
+        mentions_run = str(RUN).encode() in b" ".join(cmdline)
+        ours = base in names or base.startswith("containerd-shim")
+        if exe.startswith(str(CACHE)) or (ours and mentions_run):
             found.append((int(proc.name), exe))
     return found
 

@@ -59,7 +59,9 @@ def helm(*args: str, check: bool = True, timeout: float = 360) -> subprocess.Com
     return run(tool("helm"), *args, check=check, timeout=timeout)
 
 
-def cluster(command: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def cluster(
+    command: str, check: bool = True, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     return run("python3", str(CLUSTER_PY), command, check=check, timeout=timeout)
 
 
@@ -86,8 +88,8 @@ def eventually(what: str, probe: Callable[[], T | None], timeout: float,
 
 
 def pods(namespace: str, selector: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"]
-    return items
+    found = kubectl_json("get", "pods", "-n", namespace, "-l", selector)
+    return list(found["items"])
 
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:

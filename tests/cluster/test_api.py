@@ -24,6 +24,8 @@ CRD = "syncreplicasjobs.syncreplicas.io"
 
 
 def kubectl_apply(namespace: str, manifest: dict[str, Any]) -> tuple[int, str]:
+    manifest = json.loads(json.dumps(manifest))
+    manifest.get("metadata", {}).pop("namespace", None)  # each test's own namespace
     result = kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest),
                           check=False)  # fmt: skip
     return result.returncode, result.stdout + result.stderr
@@ -59,8 +61,7 @@ def test_the_api_server_refuses_each_bad_manifest_naming_the_field(
 ) -> None:
     code, output = kubectl_apply(api_namespace, manifest)
     if code == 0:
-        kube.kubectl("delete", "-n", api_namespace, "-f", "-", input=yaml.safe_dump(manifest),
-                     check=False)  # fmt: skip
+        kube.kubectl("delete", "srj", "--all", "-n", api_namespace, check=False)
     assert code != 0, f"the API server accepted a manifest that names {named}:\n{output}"
     relative = named.removeprefix("spec.")
     assert named in output or relative in output, output
@@ -75,8 +76,7 @@ def test_the_api_server_accepts_each_good_manifest(
     manifest["spec"].setdefault("runPolicy", {})["suspend"] = True
     code, output = kubectl_apply(api_namespace, manifest)
     assert code == 0, output
-    kube.kubectl("delete", "-n", api_namespace, "-f", "-", "--ignore-not-found",
-                 input=yaml.safe_dump(manifest), check=False)  # fmt: skip
+    kube.kubectl("delete", "srj", "--all", "-n", api_namespace, check=False)
 
 
 @pytest.mark.parametrize(("field", "value", "refused"), table.TRANSITIONS)

@@ -11,6 +11,7 @@ through ownerReferences (the real garbage collector).
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,66 @@ def linear_job(max_steps: int = 200) -> dict[str, Any]:
     job["spec"].update({"workers": 1, "replicasToAggregate": 2, "parameterServers": 1})
     job["spec"]["training"].update(
         {"maxSteps": max_steps, "checkpointEverySteps": 50, "logEverySteps": 50,
-         "evalEverySteps": 100}  # fmt: skip
+         "evalEverySteps": 100}
     )
     return dict(job)
+
+
+def users_job(namespace: str, max_steps: int) -> dict[str, Any]:
+    """A job as a user coming from TFJob writes it: the main container named `tensorflow`
+    with the model's code from a ConfigMap on PYTHONPATH, and the chief's checkpoints on a
+    PersistentVolumeClaim (README, "Pod templates")."""
+    job = linear_job(max_steps)
+    job["spec"]["model"] = {"entrypoint": "user_model:build"}
+    job["spec"]["template"] = {"spec": {
+        "containers": [{
+            "name": "tensorflow",
+            "env": [{"name": "PYTHONPATH", "value": "/opt/model"}],
+            "volumeMounts": [{"name": "model", "mountPath": "/opt/model", "readOnly": True}],
+        }],
+        "volumes": [{"name": "model", "configMap": {"name": "user-model"}}],
+    }}  # fmt: skip
+    job["spec"]["chief"] = {"template": {"spec": {
+        "containers": [{
+            "name": "tensorflow",
+            "volumeMounts": [{"name": "checkpoints", "mountPath": CHECKPOINT_DIR}],
+        }],
+        "volumes": [{"name": "checkpoints",
+                     "persistentVolumeClaim": {"claimName": "checkpoints"}}],
+    }}}  # fmt: skip
+    return job
+
+
+CHECKPOINT_DIR = "/var/lib/syncreplicas/checkpoints"
+
+
+def provide_storage(namespace: str) -> Path:
+    """The user's model in a ConfigMap, and a PVC bound to a hostPath PersistentVolume on
+    this node (the cluster has no provisioner: an admin's statically provisioned volume).
+    Returns the volume's directory on the node."""
+    model = Path(__file__).with_name("usermodel") / "user_model.py"
+    kube.kubectl("create", "configmap", "user-model", "-n", namespace, f"--from-file={model}")
+    volume = Path("/tmp/syncreplicas-cluster/volumes") / namespace
+    volume.mkdir(parents=True, exist_ok=True)
+    os.chown(volume, 10001, 10001)  # the runtime image's user
+    pv = {
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": f"{namespace}-checkpoints"},
+        "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "manual",
+            "hostPath": {"path": str(volume), "type": "Directory"},
+            "claimRef": {"namespace": namespace, "name": "checkpoints"},
+        },
+    }  # fmt: skip
+    pvc = {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "checkpoints", "namespace": namespace},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }  # fmt: skip
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([pv, pvc]))
+    return volume
 
 
 def apply(namespace: str, job: dict[str, Any]) -> None:
@@ -44,15 +102,18 @@ def srj(namespace: str, name: str = JOB_NAME) -> dict[str, Any]:
     return dict(kube.kubectl_json("get", "srj", name, "-n", namespace))
 
 
-def test_a_job_trains_to_max_steps_in_real_pods(namespace: str) -> None:
-    apply(namespace, linear_job())
+def test_a_users_job_trains_to_max_steps_in_real_pods(namespace: str) -> None:
+    volume = provide_storage(namespace)
     try:
-        _watch_training(namespace)
+        apply(namespace, users_job(namespace, max_steps=3000))
+        _watch_training(namespace, volume)
     except AssertionError as error:
         raise AssertionError(f"{error}\n{kube.describe(namespace, 'srj', JOB_NAME)}") from error
+    finally:
+        kube.kubectl("delete", "pv", f"{namespace}-checkpoints", "--wait=false", check=False)
 
 
-def _watch_training(namespace: str) -> None:
+def _watch_training(namespace: str, volume: Path) -> None:
     # The operator creates every child; the pods run and reach each other by name.
     def children() -> bool:
         names = {p["metadata"]["name"] for p in kube.pods(namespace, f"{LABEL}={JOB_NAME}")}
@@ -65,7 +126,7 @@ def _watch_training(namespace: str) -> None:
     }
     assert all(s["spec"]["clusterIP"] == "None" for s in services["items"])
     policies = kube.kubectl_json("get", "networkpolicies", "-n", namespace)["items"]
-    assert [p["metadata"]["name"] for p in policies] == [JOB_NAME]
+    assert [p["metadata"]["name"] for p in policies] == [f"{JOB_NAME}-grpc"]
 
     # `kubectl get srj` shows the phase and the global step while it trains.
     seen: list[str] = []
@@ -74,18 +135,24 @@ def _watch_training(namespace: str) -> None:
         line = kube.kubectl("get", "srj", JOB_NAME, "-n", namespace, "--no-headers").stdout
         seen.append(line.strip())
         fields = line.split()
-        return len(fields) >= 3 and fields[1] == "Running" and fields[2].isdigit() and int(fields[2]) > 0
+        return (
+            len(fields) >= 3 and fields[1] == "Running" and fields[2].isdigit()
+            and int(fields[2]) > 0
+        )
 
     kube.eventually("`kubectl get srj` shows Running and a global step", training_shown, 240, 0.5)
 
-    # The pods run the runtime image as the non-root user of the image and the chart.
+    # The pods run the runtime image as the non-root user of the image and the chart, in
+    # one container (the template's `tensorflow` one, merged into the runtime's).
     ps = f"{JOB_NAME}-ps-0"
     assert kube.kubectl("exec", "-n", namespace, ps, "--", "id", "-u").stdout.strip() == "10001"
     pod = kube.kubectl_json("get", "pod", ps, "-n", namespace)
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["syncreplicas"]
     status = pod["status"]["containerStatuses"][0]
     assert status["image"].endswith("syncreplicas-runtime:0.1.0"), status["image"]
     # Every address in TF_CONFIG is a service name that CoreDNS resolves to that pod.
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["PYTHONPATH"] == "/opt/model"
     cluster_spec = json.loads(env["TF_CONFIG"])["cluster"]
     addresses = [a for role in cluster_spec.values() for a in role]
     assert addresses, cluster_spec
@@ -102,28 +169,22 @@ def _watch_training(namespace: str) -> None:
                  "--timeout=300s", timeout=320)  # fmt: skip
     job = srj(namespace)
     assert job["status"]["phase"] == "Succeeded"
-    assert job["status"]["globalStep"] >= job["spec"]["training"]["maxSteps"]
+    assert job["status"]["globalStep"] >= job["spec"]["training"]["maxSteps"], job["status"]
     assert any(line.split()[1] == "Running" for line in seen if len(line.split()) > 1)
 
-    # PS pods never outlive the job (cleanPodPolicy Running); the chief's pod stays, with
-    # its checkpoint on its volume (an emptyDir, kept by the kubelet while the pod exists).
+    # PS pods never outlive the job (cleanPodPolicy Running); the chief's checkpoints are on
+    # its persistent volume, the last one at the final step.
     kube.eventually(
         "the PS pod is deleted after success",
         lambda: not kube.pods(namespace, f"{LABEL}={JOB_NAME},syncreplicas.io/replica-type=ps"),
         60,
     )
-    chief = kube.kubectl_json("get", "pod", f"{JOB_NAME}-chief-0", "-n", namespace)
-    assert chief["status"]["phase"] == "Succeeded"
-    checkpoints = _chief_volume(chief, "syncreplicas-checkpoints")
-    index = checkpoints / "checkpoint"
-    assert index.exists(), sorted(p.name for p in checkpoints.iterdir())
-    assert f"model.ckpt-{job['status']['globalStep']}" in index.read_text()
-
-
-def _chief_volume(pod: dict[str, Any], volume: str) -> Path:
-    """An emptyDir of a pod on this node, where the kubelet keeps it."""
-    root = Path("/tmp/syncreplicas-cluster/kubelet/pods") / pod["metadata"]["uid"]
-    return root / "volumes" / "kubernetes.io~empty-dir" / volume
+    index = volume / "checkpoint"
+    assert index.exists(), sorted(p.name for p in volume.iterdir())
+    assert f'model_checkpoint_path: "model.ckpt-{job["status"]["globalStep"]}"' in index.read_text()
+    # The model that trained is the user's (its variables are in the checkpoint).
+    chief_log = kube.kubectl("logs", "-n", namespace, f"{JOB_NAME}-chief-0").stdout
+    assert "eval at global step" in chief_log and "accuracy=" in chief_log, chief_log[-2000:]
 
 
 def test_deleting_a_job_removes_every_child_through_owner_references(namespace: str) -> None:
