@@ -107,3 +107,11 @@ def describe(namespace: str, *what: str) -> str:
     out.append(kubectl("logs", "-n", RELEASE_NAMESPACE, "deploy/syncreplicas-operator",
                        "--tail=60", check=False).stdout)  # fmt: skip
     return "\n".join(out)
+
+
+def operator_refusals() -> list[str]:
+    """Lines of the operator's log where the API server refused it (403 Forbidden): with
+    RBAC enforced, what a verb the chart forgot looks like."""
+    log = kubectl("logs", "-n", RELEASE_NAMESPACE, "deployment/syncreplicas-operator",
+                  "--tail=-1").stdout  # fmt: skip
+    return [line for line in log.splitlines() if "403" in line or "orbidden" in line]

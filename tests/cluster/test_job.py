@@ -185,6 +185,8 @@ def _watch_training(namespace: str, volume: Path) -> None:
     # The model that trained is the user's (its variables are in the checkpoint).
     chief_log = kube.kubectl("logs", "-n", namespace, f"{JOB_NAME}-chief-0").stdout
     assert "eval at global step" in chief_log and "accuracy=" in chief_log, chief_log[-2000:]
+    # RBAC is enforced: the chart gave the operator every verb this job needed.
+    assert not kube.operator_refusals()
 
 
 def test_deleting_a_job_removes_every_child_through_owner_references(namespace: str) -> None:
@@ -212,3 +214,4 @@ def test_deleting_a_job_removes_every_child_through_owner_references(namespace: 
     kube.eventually("every child of the deleted job is gone", nothing_left, 120)
     # The finalizer, if any, never holds the deletion up for long.
     assert deleted < 30, f"kubectl delete srj took {deleted:.0f} s"
+    assert not kube.operator_refusals()

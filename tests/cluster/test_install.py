@@ -1,0 +1,66 @@
+"""`helm install` of the chart on a real cluster (done by `make cluster`): the release is
+deployed, the operator's Deployment is Ready in-cluster under the chart's ServiceAccount,
+with the chart's RBAC and nothing more, and the NOTES tell the user what to do next."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cluster import kube
+
+SERVICE_ACCOUNT = f"system:serviceaccount:{kube.RELEASE_NAMESPACE}:syncreplicas-operator"
+
+
+def test_the_release_is_deployed_and_its_notes_say_what_to_do(cluster_up: None) -> None:
+    status = json.loads(kube.helm("status", kube.RELEASE, "-n", kube.RELEASE_NAMESPACE,
+                                  "-o", "json").stdout)  # fmt: skip
+    assert status["info"]["status"] == "deployed"
+    notes = kube.helm("get", "notes", kube.RELEASE, "-n", kube.RELEASE_NAMESPACE).stdout
+    for command in ("rollout status deployment/syncreplicas-operator", "get syncreplicasjobs -w",
+                    "describe srj"):  # fmt: skip
+        assert command in notes, notes
+
+
+def test_the_operator_runs_in_cluster_under_the_charts_service_account(cluster_up: None) -> None:
+    deployment = kube.kubectl_json("get", "deployment", "syncreplicas-operator",
+                                   "-n", kube.RELEASE_NAMESPACE)  # fmt: skip
+    assert deployment["status"].get("readyReplicas") == 1, deployment["status"]
+    (pod,) = kube.pods(kube.RELEASE_NAMESPACE, "app.kubernetes.io/component=operator")
+    assert pod["spec"]["serviceAccountName"] == "syncreplicas-operator"
+    (container,) = pod["status"]["containerStatuses"]
+    assert container["ready"] and container["image"].endswith("syncreplicas-operator:0.1.0")
+    uid = kube.kubectl("exec", "-n", kube.RELEASE_NAMESPACE, pod["metadata"]["name"], "--",
+                       "id", "-u").stdout.strip()  # fmt: skip
+    assert uid == "10001"
+    # Its liveness endpoint and metrics answer (the chart's probes use the first).
+    metrics = kube.kubectl("get", "--raw", f"/api/v1/namespaces/{kube.RELEASE_NAMESPACE}"
+                           "/services/syncreplicas-operator:metrics/proxy/metrics").stdout
+    assert "syncreplicas_operator_jobs" in metrics
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "allowed"),
+    [
+        # What the operator does to jobs and their children.
+        ("watch", "syncreplicasjobs.syncreplicas.io", True),
+        ("patch", "syncreplicasjobs.syncreplicas.io/status", True),
+        ("create", "pods", True),
+        ("delete", "pods", True),
+        ("create", "services", True),
+        ("create", "networkpolicies.networking.k8s.io", True),
+        ("create", "events", True),
+        # Nothing it has no use for.
+        ("get", "secrets", False),
+        ("create", "deployments.apps", False),
+        ("create", "syncreplicasjobs.syncreplicas.io", False),
+        ("create", "clusterrolebindings.rbac.authorization.k8s.io", False),
+    ],
+)
+def test_rbac_grants_the_operator_what_it_uses_and_no_more(
+    cluster_up: None, verb: str, resource: str, allowed: bool
+) -> None:
+    result = kube.kubectl("auth", "can-i", verb, resource, "--as", SERVICE_ACCOUNT,
+                          "-n", "default", check=False)  # fmt: skip
+    assert result.stdout.strip() == ("yes" if allowed else "no"), (verb, resource, result)
