@@ -35,7 +35,7 @@ from chartlib import (
 
 VALUE_SETS = [None, *CI_VALUES]
 IDS = ["default", *(p.stem for p in CI_VALUES)]
-KUBE_VERSIONS = ["1.27.0", kubernetes_validate.latest_version()]
+KUBE_VERSIONS = ["1.29.0", kubernetes_validate.latest_version()]
 API_CASES = {"no-monitoring-api": [], "monitoring-api": [MONITORING_API]}
 
 
@@ -394,8 +394,8 @@ def test_runtime_image_default_is_the_operators_default() -> None:
 
 def test_kube_version_floor_is_enforced() -> None:
     base = [tool("helm"), "template", "srj", str(CHART)]
-    run([*base, "--kube-version", "1.27.0"])
-    old = run([*base, "--kube-version", "1.26.9"], check=False)
+    run([*base, "--kube-version", "1.29.0"])
+    old = run([*base, "--kube-version", "1.28.15"], check=False)
     assert old.returncode != 0 and "kubeVersion" in old.stderr
 
 
