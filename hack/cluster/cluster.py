@@ -410,6 +410,19 @@ subjects:
 """
 
 
+# What the API server records: every request of the operator's ServiceAccount (metadata
+# only), so that its API traffic for a job can be counted (bench/cluster.py); nothing else.
+AUDIT_POLICY = """
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    users: ["system:serviceaccount:syncreplicas-system:syncreplicas-operator"]
+  - level: None
+"""
+
+
 # --- processes ---------------------------------------------------------------------------
 
 
@@ -578,6 +591,7 @@ def write_configs() -> None:
     (RUN / "kubelet.yaml").write_text(kubelet_config())
     (RUN / "kube-proxy.yaml").write_text(kube_proxy_config())
     (RUN / "Corefile").write_text(corefile())
+    (RUN / "audit-policy.yaml").write_text(AUDIT_POLICY)
     (RUN / "kubelet-resolv.conf").write_text("")
     KUBECONFIG_LINK.parent.mkdir(exist_ok=True)
     shutil.copy(RUN / "admin.kubeconfig", KUBECONFIG_LINK)
@@ -621,6 +635,9 @@ def start_control_plane() -> None:
         "--anonymous-auth=false",
         "--allow-privileged=true",
         "--profiling=false",
+        "--audit-policy-file", RUN / "audit-policy.yaml",
+        "--audit-log-path", RUN / "logs" / "audit.log",
+        "--audit-log-format", "json", "--audit-log-maxsize", "200",
         "--v", "1",
     ])  # fmt: skip
     wait_for("kube-apiserver", lambda: api_get("/readyz") == "ok", 120, "kube-apiserver")
