@@ -115,3 +115,20 @@ def operator_refusals() -> list[str]:
     log = kubectl("logs", "-n", RELEASE_NAMESPACE, "deployment/syncreplicas-operator",
                   "--tail=-1").stdout  # fmt: skip
     return [line for line in log.splitlines() if "403" in line or "orbidden" in line]
+
+
+def runtime_processes(namespace: str) -> list[int]:
+    """Runtime processes on the node that belong to ``namespace`` (its name is in their
+    TF_CONFIG)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if b"syncreplicas_runtime" not in (proc / "cmdline").read_bytes():
+                continue
+            if namespace.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found

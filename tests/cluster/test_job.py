@@ -192,6 +192,8 @@ def _watch_training(namespace: str, volume: Path) -> None:
 def test_deleting_a_job_removes_every_child_through_owner_references(namespace: str) -> None:
     apply(namespace, linear_job(max_steps=100000))
     selector = f"{LABEL}={JOB_NAME}"
+    kube.eventually("the job's processes run on the node",
+                    lambda: len(kube.runtime_processes(namespace)) == len(REPLICAS), 120)
     kube.eventually("the job's pods run", lambda: len(
         [p for p in kube.pods(namespace, selector) if p["status"].get("phase") == "Running"]
     ) == len(REPLICAS), 120)  # fmt: skip
@@ -212,6 +214,8 @@ def test_deleting_a_job_removes_every_child_through_owner_references(namespace: 
         )
 
     kube.eventually("every child of the deleted job is gone", nothing_left, 120)
+    kube.eventually("no process of the job is left on the node",
+                    lambda: not kube.runtime_processes(namespace), 60)
     # The finalizer, if any, never holds the deletion up for long.
     assert deleted < 30, f"kubectl delete srj took {deleted:.0f} s"
     assert not kube.operator_refusals()

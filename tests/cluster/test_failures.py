@@ -1,0 +1,232 @@
+"""Failures on a real cluster, arriving as Kubernetes delivers them.
+
+A job survives, one after another: a worker's process killed in its container (the
+kubelet restarts it in place), the chief's pod deleted (the operator replaces it; the
+backup replica keeps the global step moving meanwhile), the PS pod deleted (a new pod with
+a new address, found again by its name; the chief restores its snapshot) and the
+operator's own pod deleted (its successor picks the job up: no pod created twice). A
+worker kept away for a while (its replacement unschedulable: the node is tainted) makes the
+job Degraded at R-1 with an Event, and R comes back with it. A job whose model does not
+import fails with the runtime's reason, without crash-looping.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from typing import Any
+
+import yaml
+
+from tests.cluster import kube
+
+JOB = "faults"
+SELECTOR = f"syncreplicas.io/job-name={JOB}"
+NODE = "syncreplicas-node"
+CONTAINERD = "/tmp/syncreplicas-cluster/containerd/containerd.sock"
+SNAPSHOT_EVERY = 10
+
+
+def job(**spec: Any) -> dict[str, Any]:
+    """The linear example, slowed to about 40 steps/s (a step delay in every replica) so
+    that faults land while it trains."""
+    manifest = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
+    manifest["metadata"]["name"] = JOB
+    manifest["spec"].update({"workers": 2, "replicasToAggregate": 2, "parameterServers": 1})
+    manifest["spec"]["training"].update(
+        {"maxSteps": 5000, "checkpointEverySteps": 500, "snapshotEverySteps": SNAPSHOT_EVERY,
+         "logEverySteps": 500, "evalEverySteps": 0}
+    )
+    manifest["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 6}
+    manifest["spec"]["template"] = {"spec": {"containers": [{
+        "name": "syncreplicas",
+        "env": [{"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": "25"}],
+    }]}}  # fmt: skip
+    manifest["spec"].update(spec)
+    return dict(manifest)
+
+
+def metrics(namespace: str, pod: str) -> str:
+    """A replica's /metrics, through the API server's proxy (as a user without a
+    port-forward would read it)."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}:9090/proxy/metrics"
+    return kube.kubectl("get", "--raw", path, timeout=10).stdout
+
+
+def sample(text: str, name: str) -> float | None:
+    match = re.search(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+-]+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
+def step_of(namespace: str, pod: str) -> int:
+    value = sample(metrics(namespace, pod), "syncreplicas_global_step")
+    if value is None:
+        raise AssertionError(f"{pod} exports no global step yet")
+    return int(value)
+
+
+def status(namespace: str) -> dict[str, Any]:
+    return dict(kube.kubectl_json("get", "srj", JOB, "-n", namespace).get("status", {}))
+
+
+def pod(namespace: str, name: str) -> dict[str, Any]:
+    return dict(kube.kubectl_json("get", "pod", f"{JOB}-{name}", "-n", namespace))
+
+
+def ready(namespace: str, name: str) -> bool:
+    item = pod(namespace, name)
+    return not item["metadata"].get("deletionTimestamp") and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in item["status"].get("conditions", [])
+    )
+
+
+def recovered(namespace: str, replica: str, since: str) -> dict[str, Any] | None:
+    """``status.lastRecovery`` of ``replica`` started at or after ``since``, once it ended."""
+    last = status(namespace).get("lastRecovery") or {}
+    if last.get("replica") == replica and last.get("startedAt", "") >= since and last.get(
+        "recoveredAt"
+    ):
+        return dict(last)
+    return None
+
+
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
+
+
+def kill_in_place(namespace: str, name: str) -> None:
+    """SIGKILL the replica's process from the node, as the OOM killer would."""
+    container = pod(namespace, name)["status"]["containerStatuses"][0]["containerID"]
+    task = container.split("://", 1)[1]
+    out = kube.run("ctr", "--address", CONTAINERD, "-n", "k8s.io", "tasks", "ls").stdout
+    (pid,) = [int(line.split()[1]) for line in out.splitlines() if line.startswith(task)]
+    os.kill(pid, signal.SIGKILL)
+
+
+def advancing(namespace: str, pod_name: str, seconds: float = 3.0) -> bool:
+    before = step_of(namespace, pod_name)
+    time.sleep(seconds)
+    return step_of(namespace, pod_name) > before
+
+
+def test_a_job_survives_a_killed_worker_a_deleted_chief_ps_and_operator(namespace: str) -> None:
+    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job()))
+    figures: dict[str, str] = {}
+    try:
+        kube.eventually("training passes step 100", lambda: step_of(namespace, f"{JOB}-worker-0")
+                        >= 100, 180)  # fmt: skip
+
+        # 1. A worker's process killed in its container: the kubelet restarts it in place.
+        since = now_rfc3339()
+        kill_in_place(namespace, "worker-1")
+        kube.eventually("the kubelet restarts worker-1 in place", lambda: pod(
+            namespace, "worker-1")["status"]["containerStatuses"][0]["restartCount"] == 1
+            and ready(namespace, "worker-1"), 120)  # fmt: skip
+        last = kube.eventually("the worker's recovery is recorded",
+                               lambda: recovered(namespace, "worker-1", since), 120)
+        assert last["cause"] == "ContainerRestarted", last
+        assert status(namespace)["replicaStatuses"]["worker"]["restarts"] == 1
+        figures["worker killed: steps lost"] = str(last.get("stepsLost"))
+
+        # 2. The chief's pod deleted: replaced by the operator; meanwhile the backup keeps
+        # the global step moving; the new chief rejoins without resetting anyone.
+        since = now_rfc3339()
+        before = step_of(namespace, f"{JOB}-worker-0")
+        old_uid = pod(namespace, "chief-0")["metadata"]["uid"]
+        kube.kubectl("delete", "pod", f"{JOB}-chief-0", "-n", namespace, "--wait=false")
+        kube.eventually("the step moves while the chief is away",
+                        lambda: advancing(namespace, f"{JOB}-worker-0"), 60)
+        kube.eventually("a new chief pod runs", lambda: pod(namespace, "chief-0")["metadata"][
+            "uid"] != old_uid and ready(namespace, "chief-0"), 120)  # fmt: skip
+        last = kube.eventually("the chief's recovery is recorded",
+                               lambda: recovered(namespace, "chief-0", since), 120)
+        assert last["cause"] == "Deleted" and last.get("stepsLost", 0) == 0, last
+        assert step_of(namespace, f"{JOB}-chief-0") >= before
+
+        # 3. The PS pod deleted: a new pod, a new address, the same name; the chief restores
+        # its snapshot (at most snapshotEverySteps steps lost).
+        since = now_rfc3339()
+        old_ip = pod(namespace, "ps-0")["status"]["podIP"]
+        deleted_at = time.monotonic()
+        kube.kubectl("delete", "pod", f"{JOB}-ps-0", "-n", namespace, "--wait=false")
+        last = kube.eventually("the PS's recovery is recorded",
+                               lambda: recovered(namespace, "ps-0", since), 240)
+        figures["PS deleted: back and training after, s"] = f"{time.monotonic() - deleted_at:.0f}"
+        assert pod(namespace, "ps-0")["status"]["podIP"] != old_ip
+        assert last.get("stepsLost", 0) <= SNAPSHOT_EVERY, last
+        figures["PS deleted: steps lost"] = str(last.get("stepsLost"))
+
+        # 4. The operator's pod deleted mid-job: its successor takes the job over; no pod is
+        # created twice and the status goes on.
+        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.pods(namespace, SELECTOR)}
+        kube.kubectl("delete", "pod", "-n", kube.RELEASE_NAMESPACE, "-l",
+                     "app.kubernetes.io/component=operator")  # fmt: skip
+        kube.kubectl("rollout", "status", "deployment/syncreplicas-operator", "-n",
+                     kube.RELEASE_NAMESPACE, "--timeout=120s", timeout=150)  # fmt: skip
+        step_then = status(namespace).get("globalStep", 0)
+        kube.eventually("the new operator updates the status",
+                        lambda: status(namespace).get("globalStep", 0) > step_then, 120)
+        assert {p["metadata"]["name"]: p["metadata"]["uid"]
+                for p in kube.pods(namespace, SELECTOR)} == uids  # fmt: skip
+
+        kube.kubectl("wait", "-n", namespace, f"srj/{JOB}", "--for=condition=Succeeded",
+                     "--timeout=600s", timeout=620)  # fmt: skip
+        final = status(namespace)
+        assert final["globalStep"] >= 5000
+        assert not kube.pods(namespace, f"{SELECTOR},syncreplicas.io/replica-type=ps")
+        print("figures:", figures)
+    except AssertionError as error:
+        described = kube.describe(namespace, "srj", JOB)
+        raise AssertionError(f"{error}\n{figures}\n{described}") from error
+
+
+def test_a_worker_kept_away_degrades_the_job_and_r_returns_with_it(namespace: str) -> None:
+    # R=2 of a chief and one worker, no backup; updates may go on with 1 gradient.
+    manifest = job(workers=1, replicasToAggregate=2, minReplicasToAggregate=1)
+    manifest["spec"]["training"]["maxSteps"] = 100000
+    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    taint = "syncreplicas.io/test=hold:NoSchedule"
+    try:
+        kube.eventually("training passes step 50", lambda: step_of(namespace, f"{JOB}-chief-0")
+                        >= 50, 180)  # fmt: skip
+        # The worker's pod is deleted; its replacement cannot be scheduled for a while.
+        kube.kubectl("taint", "nodes", NODE, taint)
+        kube.kubectl("delete", "pod", f"{JOB}-worker-0", "-n", namespace)
+        degraded = kube.eventually("the job is Degraded", lambda: (
+            kube.condition(kube.kubectl_json("get", "srj", JOB, "-n", namespace), "Degraded")
+            or {}).get("status") == "True", 120)  # fmt: skip
+        assert degraded
+        assert status(namespace).get("replicasToAggregate") == 1
+        assert advancing(namespace, f"{JOB}-chief-0"), "the chief trains alone at R=1"
+        describe = kube.kubectl("describe", "srj", JOB, "-n", namespace).stdout
+        assert "Degraded" in describe and "aggregating 1 of 2" in describe, describe
+        time.sleep(20)  # kept away a while longer
+        assert pod(namespace, "worker-0")["status"]["phase"] == "Pending"
+    finally:
+        kube.kubectl("taint", "nodes", NODE, "syncreplicas.io/test-", check=False)
+    kube.eventually("R is back at 2 with the worker",
+                    lambda: status(namespace).get("replicasToAggregate") == 2, 180)
+    kube.eventually("the job is no longer Degraded", lambda: (
+        kube.condition(kube.kubectl_json("get", "srj", JOB, "-n", namespace), "Degraded")
+        or {}).get("status") == "False", 60)  # fmt: skip
+
+
+def test_a_model_that_does_not_import_fails_the_job_with_the_runtimes_reason(
+    namespace: str,
+) -> None:
+    manifest = job(model={"entrypoint": "no_such_module:build"})
+    manifest["spec"]["runPolicy"] = {"restartPolicy": "ExitCode", "backoffLimit": 3}
+    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    kube.kubectl("wait", "-n", namespace, f"srj/{JOB}", "--for=condition=Failed",
+                 "--timeout=240s", timeout=260)  # fmt: skip
+    describe = kube.kubectl("describe", "srj", JOB, "-n", namespace).stdout
+    assert "no_such_module" in describe, describe
+    # Not retried: a bad model is not transient. Nothing crash-loops afterwards.
+    time.sleep(10)
+    for item in kube.pods(namespace, SELECTOR):
+        for container in item["status"].get("containerStatuses", []):
+            assert container["restartCount"] == 0, (item["metadata"]["name"], container)
+    assert not [p for p in kube.pods(namespace, SELECTOR)
+                if p["status"].get("phase") in ("Pending", "Running")]  # fmt: skip
