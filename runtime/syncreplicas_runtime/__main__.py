@@ -7,6 +7,10 @@ import signal
 import sys
 import time
 import traceback
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .metrics import RuntimeMetrics
 
 
 def main() -> int:
@@ -89,11 +93,20 @@ def main() -> int:
         else:
             code = run_worker(ctx)
     except Exit as err:
-        return fail(err.code, err.reason)
+        return fail(err.code, err.reason, seen_step(metrics))
     except tf.errors.OpError as err:
         print(f"syncreplicas {name}: {type(err).__name__}: {err.message}", flush=True)
-        return fail(exitcodes.RETRY, f"{type(err).__name__}: {op_error_summary(err.message)}")
-    return code
+        return fail(exitcodes.RETRY, f"{type(err).__name__}: {op_error_summary(err.message)}",
+                    seen_step(metrics))
+    if code != exitcodes.OK:
+        return fail(code, f"{cfg.role} returned exit code {code}", seen_step(metrics))
+    return succeed(seen_step(metrics))
+
+
+def seen_step(metrics: RuntimeMetrics) -> int | None:
+    """The last global step this replica saw (its metrics' gauge), None before any."""
+    value = metrics.global_step.get()
+    return None if value is None else int(value)
 
 
 def op_error_summary(message: str | None) -> str:
@@ -104,12 +117,26 @@ def op_error_summary(message: str | None) -> str:
     return (useful or lines or ["(no message)"])[0][:300]
 
 
-def fail(code: int, reason: str) -> int:
-    """Print the contract's one-line reason; the caller returns ``code``."""
-    from .exitcodes import exit_line
+def fail(code: int, reason: str, global_step: int | None = None) -> int:
+    """Print the contract's one-line reason and leave it as the termination message; the
+    caller returns ``code``."""
+    from .exitcodes import exit_line, termination_message
+    from .termination import write_termination_message
 
     print(exit_line(code, reason), file=sys.stderr, flush=True)
+    write_termination_message(termination_message(code, reason, global_step))
     return code
+
+
+def succeed(global_step: int | None) -> int:
+    """Leave the termination message of exit 0: where training finished (the chief's is the
+    job's final global step, which the operator reports)."""
+    from .exitcodes import OK, termination_message
+    from .termination import write_termination_message
+
+    at = f"finished at global step {global_step}" if global_step is not None else "finished"
+    write_termination_message(termination_message(OK, at, global_step))
+    return OK
 
 
 def _sigterm_exit() -> None:

@@ -1,7 +1,9 @@
-"""Exit codes of the runtime: the part of the operator contract that says whether to retry.
+"""Exit codes of the runtime: the part of the operator contract that says whether to retry,
+and the words a replica leaves as it exits (its exit line and its termination message).
 
 See docs/contract.md. The operator keeps the same numbers in
-``syncreplicas_operator.core.exitcodes``; a unit test checks that the two agree.
+``syncreplicas_operator.core.exitcodes`` and reads the termination message in
+``syncreplicas_operator.core.status``; unit tests check that the two sides agree.
 """
 
 from __future__ import annotations
@@ -34,3 +36,25 @@ def describe(code: int) -> str:
 def exit_line(code: int, reason: str) -> str:
     """The one line every non-zero exit prints to stderr first (docs/contract.md)."""
     return f"syncreplicas: {describe(code)}: {reason}"
+
+
+# The termination message (docs/contract.md): the file Kubernetes copies into the
+# container's status as it ends (``state.terminated.message``), where the operator reads
+# it. The env variable moves it (tests, local runs) or, set to "", turns it off.
+TERMINATION_LOG_ENV: Final = "SYNCREPLICAS_TERMINATION_LOG"
+DEFAULT_TERMINATION_LOG: Final = "/dev/termination-log"
+# The kubelet reads at most the last 4096 bytes of the file (and trims a pod's messages to
+# 12 KiB together): a message of at most 1 KiB is kept whole.
+TERMINATION_MESSAGE_MAX_BYTES: Final = 1024
+GLOBAL_STEP_KEY: Final = "globalStep"
+
+
+def termination_message(code: int, reason: str, global_step: int | None = None) -> str:
+    """The termination message of a replica that exits with ``code``: its exit line (the
+    reason on one line), then ``globalStep=N``, the last global step it saw, when it saw
+    one. At most :data:`TERMINATION_MESSAGE_MAX_BYTES` bytes (the reason is cut)."""
+    facts = f"{GLOBAL_STEP_KEY}={global_step}\n" if global_step is not None else ""
+    line = exit_line(code, " ".join(reason.split()) or "(no reason)")
+    room = TERMINATION_MESSAGE_MAX_BYTES - len(facts.encode()) - 1  # the line's newline
+    line = line.encode()[:room].decode("utf-8", "ignore")
+    return f"{line}\n{facts}"

@@ -284,8 +284,14 @@ class Cluster:
         reason: str | None = None,
         message: str | None = None,
         conditions: list[dict[str, Any]] | None = None,
+        termination_message: str | None = None,
+        last_termination_message: str | None = None,
     ) -> None:
-        """Report a pod's state as a kubelet would (a realistic ``status``)."""
+        """Report a pod's state as a kubelet would (a realistic ``status``).
+
+        ``termination_message``: what the runtime container left in its termination-log
+        file, reported in ``state.terminated.message`` of a finished pod (and
+        ``last_termination_message`` in ``lastState`` after an in-place restart)."""
         if phase == "Running":
             state: dict[str, Any] = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
         elif phase in ("Succeeded", "Failed"):
@@ -298,6 +304,8 @@ class Cluster:
                     "containerID": "containerd://" + uuid.uuid4().hex,
                 }
             }
+            if termination_message is not None:
+                state["terminated"]["message"] = termination_message
         else:
             state = {"waiting": {"reason": "ContainerCreating"}}
         container: dict[str, Any] = {
@@ -312,6 +320,8 @@ class Cluster:
         }
         if last_exit_code is not None:
             container["lastState"] = {"terminated": {"exitCode": last_exit_code}}
+            if last_termination_message is not None:
+                container["lastState"]["terminated"]["message"] = last_termination_message
         patch: dict[str, Any] = {
             "status": {"phase": phase, "podIP": pod_ip, "containerStatuses": [container]}
         }

@@ -1,4 +1,5 @@
-"""Bad configuration exits with its documented code and one line naming the cause."""
+"""Bad configuration exits with its documented code and one line naming the cause, on stderr
+and in the termination message (docs/contract.md)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from syncreplicas_runtime.exitcodes import TERMINATION_LOG_ENV
 
 from tests.runtime.rtutil import linear_job, runtime_env
 from tests.support.tfcluster import free_port
@@ -54,16 +57,22 @@ CASES = {
 }
 
 
+Outcome = tuple[int | None, str, str | None]  # exit code, stderr, termination message
+
+
 @pytest.fixture(scope="module")
-def outcomes() -> dict[str, tuple[int | None, str]]:
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     """Start every case at once (most import TensorFlow: in parallel, it is one wait)."""
     procs = {}
+    logs = tmp_path_factory.mktemp("termination")
     try:
         for name, (env, _, _) in CASES.items():
             procs[name] = subprocess.Popen(
                 [sys.executable, "-m", "syncreplicas_runtime"],
-                env={**os.environ, **runtime_env(), **env}, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, start_new_session=True)
+                env={**os.environ, **runtime_env(), **env,
+                     TERMINATION_LOG_ENV: str(logs / name)},
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True)
         out = {}
         for name, proc in procs.items():
             try:
@@ -71,7 +80,8 @@ def outcomes() -> dict[str, tuple[int | None, str]]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 _, stderr = proc.communicate()
-            out[name] = (proc.returncode, stderr)
+            log = logs / name
+            out[name] = (proc.returncode, stderr, log.read_text() if log.exists() else None)
         return out
     finally:
         for proc in procs.values():
@@ -82,13 +92,42 @@ def outcomes() -> dict[str, tuple[int | None, str]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
-def test_exit_code_and_reason(name: str, outcomes: dict[str, tuple[int | None, str]]) -> None:
+def test_exit_code_and_reason(name: str, outcomes: dict[str, Outcome]) -> None:
     _, code, reason = CASES[name]
-    got, stderr = outcomes[name]
+    got, stderr, message = outcomes[name]
     assert got == code, stderr
     lines = [ln for ln in stderr.splitlines() if ln.startswith("syncreplicas: ")]
     assert len(lines) == 1, stderr
     assert reason in lines[0]
+    # The same line is the termination message, for the operator and `kubectl describe`.
+    assert message == lines[0] + "\n", stderr
+
+
+def bad_tf_config(**env: str) -> subprocess.CompletedProcess[str]:
+    """A replica with TF_CONFIG that is no JSON: it exits 64 before importing TensorFlow."""
+    return subprocess.run(
+        [sys.executable, "-m", "syncreplicas_runtime"],
+        env={**os.environ, **runtime_env(), "TF_CONFIG": "{", "SYNCREPLICAS_JOB": job(), **env},
+        capture_output=True, text=True, timeout=120)
+
+
+def test_the_termination_message_is_the_exit_line(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    proc = bad_tf_config(**{TERMINATION_LOG_ENV: str(log)})
+    assert proc.returncode == 64, proc.stderr
+    message = log.read_text()
+    assert message.startswith("syncreplicas: CONFIG (64): bad configuration: TF_CONFIG: is not ")
+    assert message == proc.stderr, message  # the one line it printed, and nothing else
+
+
+@pytest.mark.parametrize("where", ["", "{tmp}/no/such/dir/termination-log", "{tmp}"])
+def test_no_termination_message_where_none_can_be_written(tmp_path: Path, where: str) -> None:
+    """Off (""), or a path that cannot be written: the exit is the same, and silent."""
+    proc = bad_tf_config(**{TERMINATION_LOG_ENV: where.format(tmp=tmp_path)})
+    assert proc.returncode == 64, proc.stderr
+    assert proc.stderr.startswith("syncreplicas: CONFIG (64): bad configuration: TF_CONFIG")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(("entrypoint", "code", "reason"), [

@@ -259,6 +259,20 @@ def test_template_container_is_kept_and_completed() -> None:
     assert sidecar == {"name": "sidecar", "image": "side:1"}
 
 
+@pytest.mark.parametrize(
+    ("template_container", "policy"),
+    [
+        ({}, "FallbackToLogsOnError"),  # no message written: the log's tail explains a crash
+        ({"terminationMessagePolicy": "File"}, "File"),  # the template's choice stands
+    ],
+)
+def test_termination_message_policy(template_container: dict[str, Any], policy: str) -> None:
+    container = {"name": "syncreplicas", **template_container}
+    pod = manifests.build_pod(job(template={"spec": {"containers": [container]}}), "chief", 0)
+    assert runtime(pod)["terminationMessagePolicy"] == policy
+    assert "terminationMessagePath" not in runtime(pod)  # the kubelet's default path
+
+
 def test_metrics_disabled() -> None:
     j = job(metrics={"port": 0})
     pod = manifests.build_pod(j, "chief", 0)

@@ -287,6 +287,103 @@ def test_chief_success_finishes_and_cleans_per_policy(clean: str, left: set[str]
     assert world.plan().actions == ()  # finished and clean: nothing more
 
 
+@pytest.mark.parametrize(
+    ("known", "read", "said", "final"),
+    [
+        (1148, None, 3000, 3000),  # it finished between two reads of its metrics
+        (1148, 1500, None, 1500),  # read this very pass; no message (an older runtime)
+        (1148, 2999, 3000, 3000),
+        (3000, None, 2990, 3000),  # never lower than what was read
+        (None, None, 3000, 3000),
+        (None, None, None, None),
+    ],
+)
+def test_success_reports_the_chiefs_final_step(
+    known: int | None, read: int | None, said: int | None, final: int | None
+) -> None:
+    world = running_world()
+    if known is not None:
+        world.status["globalStep"] = known
+    world.step = read
+    world.set("j-chief-0", phase="Succeeded", exit_code=0, exit_step=said)
+    plan = world.plan()
+    assert world.status.get("globalStep") == final
+    message = world.condition("Succeeded")["message"]
+    at = f" at global step {final}" if final is not None else ""
+    assert message == f"the chief finished training{at}"
+    assert EmitEvent("Normal", naming.REASON_SUCCEEDED, message) in plan.actions
+    patch = next(a for a in plan.actions if isinstance(a, PatchStatus)).patch
+    assert patch.get("globalStep") == (final if final != known else None)
+
+
+BAD_CONFIG = "bad configuration: TF_CONFIG.task.type: unknown role 'evaluator'"
+
+
+@pytest.mark.parametrize(
+    ("policy", "who", "code"),
+    [
+        ("ExitCode", "j-worker-0", 64),  # non-retryable
+        ("Never", "j-ps-0", 64),  # an essential replica under Never
+    ],
+)
+def test_a_failed_job_says_the_runtimes_reason(policy: str, who: str, code: int) -> None:
+    world = running_world(runPolicy={"restartPolicy": policy})
+    world.set(who, phase="Failed", exit_code=code, exit_reason=BAD_CONFIG)
+    plan = world.plan()
+    message = world.condition("Failed")["message"]
+    assert message.startswith(f"{who} exited with CONFIG (64) (restartPolicy {policy}")
+    assert message.endswith(f"restarts used): {BAD_CONFIG}")
+    events = [a for a in plan.actions if isinstance(a, EmitEvent) and a.type == "Warning"]
+    assert [e.message for e in events if e.reason == world.condition("Failed")["reason"]] == [
+        message
+    ]
+
+
+def test_a_restarted_replica_is_named_with_its_reason() -> None:
+    world = running_world(runPolicy={"restartPolicy": "ExitCode"})
+    world.plan()  # a pass to compare with (lastRecovery)
+    world.set("j-worker-1", phase="Failed", exit_code=75, exit_reason="lost a PS")
+    plan = world.plan()
+    restarting = world.condition("Restarting")["message"]
+    assert restarting == "restarting j-worker-1 (RETRY (75): lost a PS)"
+    assert EmitEvent("Warning", naming.REASON_REPLICA_RESTARTED, restarting) in plan.actions
+    assert world.status["lastRecovery"]["message"] == "j-worker-1 exited with RETRY (75): lost a PS"
+
+
+def test_restarts_beyond_the_budget_name_the_last_reason() -> None:
+    world = running_world(runPolicy={"backoffLimit": 1})  # OnFailure: kubelet restarts
+    world.set(
+        "j-worker-0", restart_count=2, last_exit_code=65, last_exit_reason="cannot import 'm'"
+    )
+    world.plan()
+    failed = world.condition("Failed")
+    assert failed["reason"] == naming.REASON_BACKOFF_LIMIT_EXCEEDED
+    assert failed["message"] == (
+        "replicas restarted 2 times, more than runPolicy.backoffLimit (1); last: j-worker-0 "
+        "restarted after exiting with MODEL (65): cannot import 'm'"
+    )
+
+
+def test_a_chief_restart_in_place_says_why_it_exited() -> None:
+    world = running_world()
+    world.set("j-chief-0", restart_count=1, last_exit_code=75, last_exit_reason="lost a PS")
+    world.plan()
+    assert world.status["lastCleanup"]["reason"] == (
+        "the chief container restarted after exiting with RETRY (75): lost a PS (restart 1)"
+    )
+
+
+def test_a_lost_worker_is_named_with_its_reason() -> None:
+    world = running_world(workers=3, replicasToAggregate=2, runPolicy={"restartPolicy": "Never"})
+    world.set("j-worker-0", phase="Failed", exit_code=65, exit_reason="cannot import 'm'")
+    world.set("j-worker-2", phase="Failed", exit_code=1)
+    world.plan()
+    assert world.condition("Degraded")["message"] == (
+        "lost 2 worker(s) (j-worker-0: MODEL (65): cannot import 'm'; j-worker-2: EXIT (1)); "
+        "2 of 4 replicas left for replicasToAggregate 2"
+    )
+
+
 def test_ttl_deletes_the_job_from_its_completion_time() -> None:
     world = running_world(runPolicy={"ttlSecondsAfterFinished": 60})
     world.set("j-chief-0", phase="Succeeded", exit_code=0)

@@ -74,6 +74,39 @@ def test_a_container_restart_names_the_exit_code() -> None:
     assert "137" in failure.detail
 
 
+@pytest.mark.parametrize(
+    ("kw", "detail"),
+    [
+        (
+            dict(restart_count=1, last_exit_code=65, last_exit_reason="cannot import 'm'"),
+            "j-worker-1 restarted after exiting with MODEL (65): cannot import 'm'",
+        ),
+        (
+            dict(restart_count=1, last_exit_code=137),
+            "j-worker-1 restarted after exiting with EXIT (137)",
+        ),
+        (dict(restart_count=1), "j-worker-1 restarted"),
+    ],
+)
+def test_a_container_restart_says_the_runtimes_reason(kw: dict[str, Any], detail: str) -> None:
+    (failure,) = recovery.detect_failures(SEEN, [pod(**kw)])
+    assert failure.detail == detail
+
+
+@pytest.mark.parametrize(
+    ("kw", "code", "cause", "detail"),
+    [
+        (dict(exit_reason="lost a PS"), 75, recovery.CAUSE_EXITED,
+         "j-worker-1 exited with RETRY (75): lost a PS"),
+        ({}, 1, recovery.CAUSE_EXITED, "j-worker-1 exited with EXIT (1)"),
+        (dict(disruption="Evicted: low on memory", exit_reason="stopped by SIGTERM"), 143,
+         recovery.CAUSE_EVICTED, "j-worker-1 stopped by the cluster (Evicted: low on memory)"),
+    ],
+)  # fmt: skip
+def test_exit_failure(kw: dict[str, Any], code: int, cause: str, detail: str) -> None:
+    assert recovery.exit_failure(pod(**kw), code) == Failure("worker-1", cause, detail)
+
+
 def test_remember_leaves_out_pods_on_their_way_out() -> None:
     seen = recovery.remember([pod(), pod("j-worker-0", deleting=True)])
     assert seen == {"j-worker-1": SeenPod("worker-1", "u1", 0)}
@@ -537,3 +570,21 @@ def test_straggler_eviction_one_at_a_time_never_the_chief() -> None:
     plan = world.plan(drop_fractions={"chief-0": 0.95})
     assert world.status["straggler"]["replica"] == "chief-0"
     assert not any(isinstance(a, DeletePod) for a in plan.actions)
+
+
+def test_restarts_in_place_beyond_the_budget_name_the_one_just_seen() -> None:
+    world = running(runPolicy={"backoffLimit": 1})  # OnFailure: the kubelet restarts in place
+    world.pods["j-ps-0"] = replace(world.pods["j-ps-0"], restart_count=1, last_exit_code=137)
+    world.plan()
+    assert not world.is_true("Failed")
+    world.pods["j-worker-0"] = replace(
+        world.pods["j-worker-0"], restart_count=1, last_exit_code=64,
+        last_exit_reason="bad configuration: x",
+    )  # fmt: skip
+    plan = world.plan()
+    message = (
+        "replicas restarted 2 times, more than runPolicy.backoffLimit (1); last: j-worker-0 "
+        "restarted after exiting with CONFIG (64): bad configuration: x"
+    )
+    assert world.condition("Failed")["message"] == message
+    assert (naming.REASON_BACKOFF_LIMIT_EXCEEDED, message) in events(plan)

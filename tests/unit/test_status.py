@@ -8,9 +8,12 @@ import pytest
 from syncreplicas_operator.core import naming
 from syncreplicas_operator.core.status import (
     ObservedPod,
+    TerminationMessage,
+    exit_summary,
     find_condition,
     is_stalled,
     observe_pod,
+    parse_termination_message,
     phase_of,
     ready_replicas,
     replica_statuses,
@@ -80,6 +83,27 @@ def pod(
             {"restart_count": 2, "last_exit_code": 137, "exit_code": None},
         ),
         (pod(deleting=True), {"deleting": True, "active": False}),
+        # The runtime's termination message: its reason, and the chief's final step.
+        (
+            pod("j-chief-0", phase="Succeeded", state={"terminated": {
+                "exitCode": 0,
+                "message": "syncreplicas: OK (0): finished at global step 3000\nglobalStep=3000\n",
+            }}),
+            {"exit_code": 0, "exit_step": 3000, "exit_reason": "finished at global step 3000"},
+        ),
+        (
+            pod(phase="Failed", state={"terminated": {
+                "exitCode": 64, "message": "syncreplicas: CONFIG (64): bad configuration: x\n",
+            }}),
+            {"exit_code": 64, "exit_reason": "bad configuration: x", "exit_step": None},
+        ),
+        (
+            pod(restarts=1, last={"terminated": {
+                "exitCode": 65, "message": "syncreplicas: MODEL (65): cannot import 'm'\n",
+            }}),
+            {"last_exit_code": 65, "last_exit_reason": "cannot import 'm'", "exit_reason": ""},
+        ),
+        (pod(phase="Failed", state={"terminated": {"exitCode": 1}}), {"exit_reason": ""}),
         # Labels edited away: the deterministic name still identifies the replica.
         (pod("j-ps-3", labels={naming.LABEL_JOB_NAME: "j"}), {"replica_type": "ps", "index": 3}),
     ],
@@ -213,3 +237,55 @@ def test_disruptions_are_read_from_the_pod_status(
     assert pod is not None
     assert pod.disruption == disruption
     assert pod.deleting and pod.deletion_timestamp == "2026-01-01T00:00:30Z"
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (None, TerminationMessage()),
+        ("", TerminationMessage()),
+        (
+            "syncreplicas: OK (0): finished at global step 3000\nglobalStep=3000\n",
+            TerminationMessage("finished at global step 3000", 3000),
+        ),
+        (
+            "syncreplicas: CONFIG (64): bad configuration: TF_CONFIG: is not valid JSON\n",
+            TerminationMessage("bad configuration: TF_CONFIG: is not valid JSON"),
+        ),
+        # Keys it does not know are left alone; a step that is no number is none.
+        (
+            "syncreplicas: OK (0): finished\nfuture=1\nglobalStep=x\n",
+            TerminationMessage("finished"),
+        ),
+        # The log's tail (FallbackToLogsOnError): the exit line in it, else the last line.
+        (
+            "12:00:00 syncreplicas worker-0: started\n"
+            "syncreplicas: RETRY (75): no token and no new sync epoch for 120s\n",
+            TerminationMessage("no token and no new sync epoch for 120s"),
+        ),
+        (
+            'Traceback (most recent call last):\n  File "x.py", line 1\nMemoryError: boom\n',
+            TerminationMessage("MemoryError: boom"),
+        ),
+        # A log tail of progress only (killed while training): no reason at all.
+        (
+            "12:00:00 syncreplicas worker-0: global_step=1200 local_step=300 steps/s=9.0\n"
+            "12:00:05 syncreplicas worker-0: global_step=1300 local_step=325 steps/s=9.1\n",
+            TerminationMessage(),
+        ),
+        ("x" * 500, TerminationMessage("x" * 200)),  # bounded for conditions and Events
+    ],
+)  # fmt: skip
+def test_parse_termination_message(message: str | None, expected: TerminationMessage) -> None:
+    assert parse_termination_message(message) == expected
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "said"),
+    [
+        (64, "bad configuration: x", "CONFIG (64): bad configuration: x"),
+        (137, "", "EXIT (137)"),
+    ],
+)
+def test_exit_summary(code: int, reason: str, said: str) -> None:
+    assert exit_summary(code, reason) == said

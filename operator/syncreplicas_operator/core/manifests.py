@@ -10,7 +10,8 @@ named ``syncreplicas`` or ``tensorflow``, or a template's only container; it is 
 is a sidecar, kept as it is). The operator always sets its
 contract environment (``TF_CONFIG``, ``SYNCREPLICAS_JOB``, ...), the ports ``tf`` and
 ``metrics``, the labels, the owner reference and the pod's restartPolicy (below); the
-command and image only where the template sets none. Security settings are defaults: each
+command, image and ``terminationMessagePolicy: FallbackToLogsOnError`` only where the
+template sets none. Security settings are defaults: each
 applies only where the template sets nothing (non-root uid 10001 as in the runtime image,
 no privilege escalation, read-only root filesystem with writable emptyDirs at /tmp and,
 on the chief, at the checkpoint directory unless a mount covers it, all capabilities
@@ -51,6 +52,10 @@ TMP_PATH: Final = "/tmp"
 # The runtime image's user (runtime/Dockerfile); named here so that runAsNonRoot can be
 # verified by the kubelet even for images whose USER is a name.
 DEFAULT_UID: Final = 10001
+
+# core/v1 Container.terminationMessagePolicy: the termination message file, else the
+# log's tail when the container failed without writing one.
+TERMINATION_MESSAGE_POLICY: Final = "FallbackToLogsOnError"
 
 # A Pod's own restartPolicy (core/v1), not the job's runPolicy.restartPolicy.
 POD_RESTART_NEVER: Final = "Never"
@@ -232,6 +237,10 @@ def build_pod(
                 "failureThreshold": 3,
             },
         )
+    # The runtime writes its exit line (and the chief its final step) to the default
+    # terminationMessagePath; a crash that wrote nothing still explains itself with the
+    # log's tail (docs/contract.md, "Termination message").
+    container.setdefault("terminationMessagePolicy", TERMINATION_MESSAGE_POLICY)
     _secure_container(container)
     writable = {TMP_VOLUME: TMP_PATH}
     if replica_type == naming.CHIEF and spec.training.checkpoint_dir:

@@ -42,6 +42,7 @@ from .status import (
     POD_RUNNING,
     ObservedPod,
     condition_is_true,
+    exit_summary,
     find_condition,
     is_stalled,
     phase_of,
@@ -376,17 +377,18 @@ class _Planner:
             )
             code = exitcodes.describe(pod.exit_code)
             # A disrupted pod's code is the kill's (137, 143 or none): its cause says more.
-            why = _disrupted(pod) if disrupted else code
+            why = _disrupted(pod) if disrupted else exit_summary(pod.exit_code, pod.exit_reason)
             if decision is ReplicaExitDecision.SUCCEED_JOB:
-                step = self.status.get("globalStep")
+                step = self.final_step(pod)
                 at = f" at global step {step}" if step is not None else ""
                 self.finish(True, naming.REASON_SUCCEEDED, f"the chief finished training{at}")
                 return True
             if decision is ReplicaExitDecision.FAIL_JOB:
+                said = f": {pod.exit_reason}" if pod.exit_reason else ""
                 self.fail(
                     job_failure_reason(policy, pod.exit_code),
                     f"{pod.name} exited with {code} (restartPolicy {policy.restart_policy}, "
-                    f"{spent} of backoffLimit {policy.backoff_limit} restarts used)",
+                    f"{spent} of backoffLimit {policy.backoff_limit} restarts used){said}",
                 )
                 return True
             if decision is ReplicaExitDecision.RESTART:
@@ -405,10 +407,11 @@ class _Planner:
         # In-place restarts by the kubelet spend the same budget.
         spent = self.restarts_so_far()
         if spent > policy.backoff_limit:
+            last = self.last_failure()
             self.fail(
                 naming.REASON_BACKOFF_LIMIT_EXCEEDED,
                 f"replicas restarted {spent} times, more than runPolicy.backoffLimit "
-                f"({policy.backoff_limit})",
+                f"({policy.backoff_limit})" + (f"; last: {last}" if last else ""),
             )
             return True
         acted = bool(restarted)
@@ -430,6 +433,34 @@ class _Planner:
                 self.event(WARNING, naming.REASON_REPLICA_RESTARTED, message)
         return False
 
+    def final_step(self, chief: ObservedPod) -> int | None:
+        """The job's final global step, into status: the highest of the step read last
+        (status), the one read this pass and the chief's own word as it exited (its
+        termination message), which a job that ends between two reads of the chief's
+        metrics would otherwise miss."""
+        known = self.status.get("globalStep")
+        candidates = [
+            s for s in (known, self.observed.global_step, chief.exit_step) if s is not None
+        ]
+        if not candidates:
+            return None
+        step = max(int(s) for s in candidates)
+        if step != known:
+            self.status["globalStep"] = step
+            self.status["lastProgressTime"] = self.timestamp
+        return step
+
+    def last_failure(self) -> str:
+        """The latest replica failure in words, for the message of a job that restarts ran
+        out: one seen this pass, else an in-place restart the pods still show."""
+        if self.failures:
+            return self.failures[-1].detail
+        for pod in sorted(self.live_pods(), key=_creation_order):
+            if pod.restart_count and pod.last_exit_code is not None:
+                summary = exit_summary(pod.last_exit_code, pod.last_exit_reason)
+                return f"{pod.name} restarted after exiting with {summary}"
+        return ""
+
     def handle_chief_restart(self) -> bool:
         """Notice a chief that restarted behind the operator's back; True if the job ended."""
         previous = self.status.get("chief") or {}
@@ -447,7 +478,9 @@ class _Planner:
                 why = f"the chief pod was replaced (uid {chief.uid})"
             elif chief.restart_count > int(previous.get("restartCount", chief.restart_count)):
                 last = chief.last_exit_code
-                code = f" after exiting with {exitcodes.describe(last)}" if last is not None else ""
+                code = ""
+                if last is not None:
+                    code = f" after exiting with {exit_summary(last, chief.last_exit_reason)}"
                 why = f"the chief container restarted{code} (restart {chief.restart_count})"
             if previous or chief.phase == POD_RUNNING:
                 # Remember the chief once it runs (its identity rides along with the
@@ -689,7 +722,7 @@ class _Planner:
             left = spec.total_replicas - len(lost)
             reason = naming.REASON_DEGRADED
             message = (
-                f"lost {len(lost)} worker(s) ({', '.join(sorted(lost))}); {left} of "
+                f"lost {len(lost)} worker(s) ({self.lost_workers(lost)}); {left} of "
                 f"{spec.total_replicas} replicas left for replicasToAggregate {wanted}"
             )
         else:
@@ -706,6 +739,20 @@ class _Planner:
             whole = "no replica lost"
         if self.condition(naming.CONDITION_DEGRADED, False, reason, whole):
             self.event(NORMAL, naming.REASON_RECOVERED, f"Recovered: {whole}")
+
+    def lost_workers(self, lost: list[str]) -> str:
+        """The lost workers with how each exited (the runtime's reason: a bad model or
+        configuration shows here, not only in the pod's log); five at most."""
+        said = []
+        for name in sorted(lost)[:5]:
+            pod = self.pods.get(name)
+            code = pod.exit_code if pod is not None else None
+            if pod is None or code is None:
+                said.append(name)
+            else:
+                said.append(f"{name}: {exit_summary(code, pod.exit_reason)}")
+        more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
+        return "; ".join(said) + more
 
     def replicas_down(self) -> list[str]:
         """Chief and workers whose pod is not running and ready (by replica key)."""

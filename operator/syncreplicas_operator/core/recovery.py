@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from . import exitcodes, naming
-from .status import ObservedPod
+from . import naming
+from .status import ObservedPod, exit_summary
 
 # What started a recovery; also the ``cause`` label of the operator's recoveries counter,
 # so a small fixed set.
@@ -57,7 +57,8 @@ def exit_failure(pod: ObservedPod, code: int) -> Failure:
         return Failure(replica, CAUSE_EVICTED, detail)
     if code == -1:
         return Failure(replica, CAUSE_EVICTED, f"pod {pod.name} failed without an exit code")
-    return Failure(replica, CAUSE_EXITED, f"{pod.name} exited with {exitcodes.describe(code)}")
+    detail = f"{pod.name} exited with {exit_summary(code, pod.exit_reason)}"
+    return Failure(replica, CAUSE_EXITED, detail)
 
 
 def remember(pods: Iterable[ObservedPod]) -> dict[str, SeenPod]:
@@ -92,7 +93,9 @@ def detect_failures(
             failures.append(Failure(before.replica, CAUSE_DELETED, f"pod {name} was replaced"))
         elif pod.restart_count > before.restart_count:
             code = pod.last_exit_code
-            how = f" after exiting with {exitcodes.describe(code)}" if code is not None else ""
+            how = ""
+            if code is not None:
+                how = f" after exiting with {exit_summary(code, pod.last_exit_reason)}"
             failures.append(
                 Failure(before.replica, CAUSE_CONTAINER_RESTARTED, f"{name} restarted{how}")
             )

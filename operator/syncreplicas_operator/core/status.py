@@ -8,11 +8,12 @@ dict and the operator writes nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-from . import naming
+from . import exitcodes, naming
 
 # Pod phases (core/v1 PodStatus.phase).
 POD_PENDING = "Pending"
@@ -27,6 +28,54 @@ DISRUPTION_REASONS = ("Evicted", "Preempting", "Terminated", "NodeLost")
 # The pod condition Kubernetes adds before it deletes a pod on purpose (preemption, API
 # eviction, taint eviction, pod GC, kubelet termination).
 CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
+
+# The runtime's termination message (docs/contract.md): its exit line
+# (``syncreplicas: CONFIG (64): <reason>``), then ``key=value`` lines. The runtime writes it
+# with ``syncreplicas_runtime.exitcodes.termination_message``; a unit test checks that this
+# side reads what that side writes.
+EXIT_LINE: Final = re.compile(r"syncreplicas: [A-Z]+ \(-?\d+\): (?P<reason>.*)")
+FACT_LINE: Final = re.compile(r"(?P<key>[A-Za-z][A-Za-z0-9]*)=(?P<value>\S*)")
+# The runtime's progress lines (``12:00:00 syncreplicas worker-0: ...``), in a log tail: no
+# reason for an exit (a container killed while training, say by the OOM killer, ends on one).
+PROGRESS_LINE: Final = re.compile(r"\d\d:\d\d:\d\d syncreplicas [\w-]+: .*")
+GLOBAL_STEP_KEY: Final = "globalStep"
+# Reasons go into condition messages and Events, which are for people: one line, bounded.
+REASON_MAX_CHARS: Final = 200
+
+
+@dataclass(frozen=True)
+class TerminationMessage:
+    """What a replica's container left in ``state.terminated.message``."""
+
+    # The runtime's one-line reason (its exit line without the code, which the exit code
+    # says), else the last line of the text (the log tail Kubernetes falls back to when the
+    # process wrote nothing: a traceback's last line) that is not one of the runtime's
+    # progress lines; "" when there is none.
+    reason: str = ""
+    # ``globalStep=N``: the last global step the replica saw (the chief's final step on
+    # exit 0); None when the message does not say.
+    global_step: int | None = None
+
+
+def parse_termination_message(message: object) -> TerminationMessage:
+    """Read a container's termination message; anything unexpected is just not used."""
+    lines = [ln.strip() for ln in str(message or "").splitlines() if ln.strip()]
+    facts: dict[str, str] = {}
+    reasons: list[str] = []
+    others: list[str] = []
+    for line in lines:
+        if fact := FACT_LINE.fullmatch(line):
+            facts[fact["key"]] = fact["value"]
+        elif exit_line := EXIT_LINE.fullmatch(line):
+            reasons.append(exit_line["reason"])
+        elif not PROGRESS_LINE.fullmatch(line):
+            others.append(line)
+    step = facts.get(GLOBAL_STEP_KEY, "")
+    reason = (reasons or others or [""])[-1]
+    return TerminationMessage(
+        reason=reason.strip()[:REASON_MAX_CHARS],
+        global_step=int(step) if step.isdigit() else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -52,6 +101,14 @@ class ObservedPod:
     disruption: str = ""
     # metadata.deletionTimestamp: when a pod being deleted should be gone ("" if not).
     deletion_timestamp: str = ""
+    # The runtime's one-line reason from the main container's termination message: of its
+    # current exit (state.terminated), and of the run before an in-place restart
+    # (lastState.terminated). "" when it left none.
+    exit_reason: str = ""
+    last_exit_reason: str = ""
+    # globalStep from the termination message of its current exit (the chief's final step
+    # on exit 0), None when it says none.
+    exit_step: int | None = None
 
     @property
     def active(self) -> bool:
@@ -61,6 +118,11 @@ class ObservedPod:
     @property
     def finished(self) -> bool:
         return self.phase in (POD_SUCCEEDED, POD_FAILED)
+
+
+def exit_summary(code: int, reason: str = "") -> str:
+    """``CONFIG (64): bad configuration: ...``: an exit code with the runtime's reason."""
+    return f"{exitcodes.describe(code)}: {reason}" if reason else exitcodes.describe(code)
 
 
 def _main_container(statuses: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
@@ -88,7 +150,7 @@ def disruption_of(pod_status: Mapping[str, Any]) -> str:
 def _say(reason: str, message: object) -> str:
     text = f"{reason}: {message}" if message else reason
     # Condition messages and Events are for people: the first line, bounded.
-    return text.splitlines()[0][:200] if text else reason
+    return text.splitlines()[0][:REASON_MAX_CHARS] if text else reason
 
 
 def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
@@ -124,6 +186,8 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
     elif phase == POD_FAILED:
         exit_code = -1  # failed without a container exit (evicted, lost node)
     last_terminated = last.get("terminated")
+    message = parse_termination_message((terminated or {}).get("message"))
+    last_message = parse_termination_message((last_terminated or {}).get("message"))
     return ObservedPod(
         name=name,
         replica_type=str(replica_type),
@@ -138,6 +202,9 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
         pod_ip=str(pod_status.get("podIP") or ""),
         disruption=disruption_of(pod_status),
         deletion_timestamp=str(meta.get("deletionTimestamp") or ""),
+        exit_reason=message.reason,
+        last_exit_reason=last_message.reason,
+        exit_step=message.global_step,
     )
 
 
