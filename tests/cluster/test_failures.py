@@ -4,10 +4,9 @@ A job survives, one after another: a worker's process killed in its container (t
 kubelet restarts it in place), the chief's pod deleted (the operator replaces it; the
 backup replica keeps the global step moving meanwhile), the PS pod deleted (a new pod with
 a new address, found again by its name; the chief restores its snapshot) and the
-operator's own pod deleted (its successor picks the job up: no pod created twice). A
-worker kept away for a while (its replacement unschedulable: the node is tainted) makes the
-job Degraded at R-1 with an Event, and R comes back with it. A job whose model does not
-import fails with the runtime's reason, without crash-looping.
+operator's own pod deleted (its successor picks the job up: no pod created twice). A job
+whose model does not import fails with the runtime's reason, without crash-looping. (A
+worker kept away for a while, the job Degraded: test_monitoring.py, with its alert.)
 """
 
 from __future__ import annotations
@@ -180,37 +179,6 @@ def test_a_job_survives_a_killed_worker_a_deleted_chief_ps_and_operator(namespac
     except AssertionError as error:
         described = kube.describe(namespace, "srj", JOB)
         raise AssertionError(f"{error}\n{figures}\n{described}") from error
-
-
-def test_a_worker_kept_away_degrades_the_job_and_r_returns_with_it(namespace: str) -> None:
-    # R=2 of a chief and one worker, no backup; updates may go on with 1 gradient.
-    manifest = job(workers=1, replicasToAggregate=2, minReplicasToAggregate=1)
-    manifest["spec"]["training"]["maxSteps"] = 100000
-    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
-    taint = "syncreplicas.io/test=hold:NoSchedule"
-    try:
-        kube.eventually("training passes step 50", lambda: step_of(namespace, f"{JOB}-chief-0")
-                        >= 50, 180)  # fmt: skip
-        # The worker's pod is deleted; its replacement cannot be scheduled for a while.
-        kube.kubectl("taint", "nodes", NODE, taint)
-        kube.kubectl("delete", "pod", f"{JOB}-worker-0", "-n", namespace)
-        degraded = kube.eventually("the job is Degraded", lambda: (
-            kube.condition(kube.kubectl_json("get", "srj", JOB, "-n", namespace), "Degraded")
-            or {}).get("status") == "True", 120)  # fmt: skip
-        assert degraded
-        assert status(namespace).get("replicasToAggregate") == 1
-        assert advancing(namespace, f"{JOB}-chief-0"), "the chief trains alone at R=1"
-        describe = kube.kubectl("describe", "srj", JOB, "-n", namespace).stdout
-        assert "Degraded" in describe and "aggregating 1 of 2" in describe, describe
-        time.sleep(20)  # kept away a while longer
-        assert pod(namespace, "worker-0")["status"]["phase"] == "Pending"
-    finally:
-        kube.kubectl("taint", "nodes", NODE, "syncreplicas.io/test-", check=False)
-    kube.eventually("R is back at 2 with the worker",
-                    lambda: status(namespace).get("replicasToAggregate") == 2, 180)
-    kube.eventually("the job is no longer Degraded", lambda: (
-        kube.condition(kube.kubectl_json("get", "srj", JOB, "-n", namespace), "Degraded")
-        or {}).get("status") == "False", 60)  # fmt: skip
 
 
 def test_a_model_that_does_not_import_fails_the_job_with_the_runtimes_reason(

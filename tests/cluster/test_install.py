@@ -34,6 +34,10 @@ def test_the_operator_runs_in_cluster_under_the_charts_service_account(cluster_u
     uid = kube.kubectl("exec", "-n", kube.RELEASE_NAMESPACE, pod["metadata"]["name"], "--",
                        "id", "-u").stdout.strip()  # fmt: skip
     assert uid == "10001"
+    # The operator's image has no TensorFlow (the operator never imports it).
+    probe = "import importlib.util as u; print(u.find_spec('tensorflow') is None)"
+    assert kube.kubectl("exec", "-n", kube.RELEASE_NAMESPACE, pod["metadata"]["name"], "--",
+                        "python", "-c", probe).stdout.strip() == "True"  # fmt: skip
     # Its liveness endpoint and metrics answer (the chart's probes use the first).
     metrics = kube.kubectl("get", "--raw", f"/api/v1/namespaces/{kube.RELEASE_NAMESPACE}"
                            "/services/syncreplicas-operator:metrics/proxy/metrics").stdout
