@@ -9,6 +9,10 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
+# Pure and small, and needed at any moment (a SIGTERM during an import): loaded up front.
+from .exitcodes import OK
+from .termination import exit_now, report_exit
+
 if TYPE_CHECKING:
     from .metrics import RuntimeMetrics
 
@@ -31,13 +35,12 @@ def main() -> int:
     except ValueError:
         return fail(exitcodes.CONFIG, f"bad configuration: {STEP_DELAY_ENV}: "
                     "must be a number of milliseconds or @FILE")
-    if cfg.role != "chief":
-        # Replicas other than the chief have nothing to save: stop at once.
-        signal.signal(signal.SIGTERM, lambda *_: _sigterm_exit())
-
     from .metrics import RuntimeMetrics, serve
 
     metrics = RuntimeMetrics()
+    # Nothing to save: stop at once, saying so. The chief replaces this once it has variables
+    # to checkpoint (chief.graceful_stop); until then it stops like the others.
+    signal.signal(signal.SIGTERM, lambda *_: _sigterm_exit(metrics))
 
     class _NoServer:
         ready = False
@@ -120,27 +123,18 @@ def op_error_summary(message: str | None) -> str:
 def fail(code: int, reason: str, global_step: int | None = None) -> int:
     """Print the contract's one-line reason and leave it as the termination message; the
     caller returns ``code``."""
-    from .exitcodes import exit_line, termination_message
-    from .termination import write_termination_message
-
-    print(exit_line(code, reason), file=sys.stderr, flush=True)
-    write_termination_message(termination_message(code, reason, global_step))
-    return code
+    return report_exit(code, reason, global_step)
 
 
 def succeed(global_step: int | None) -> int:
     """Leave the termination message of exit 0: where training finished (the chief's is the
     job's final global step, which the operator reports)."""
-    from .exitcodes import OK, termination_message
-    from .termination import write_termination_message
-
     at = f"finished at global step {global_step}" if global_step is not None else "finished"
-    write_termination_message(termination_message(OK, at, global_step))
-    return OK
+    return report_exit(OK, at, global_step)
 
 
-def _sigterm_exit() -> None:
-    os._exit(fail(128 + signal.SIGTERM, "stopped by SIGTERM"))
+def _sigterm_exit(metrics: RuntimeMetrics) -> None:
+    exit_now(128 + signal.SIGTERM, "stopped by SIGTERM", seen_step(metrics))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from typing import Any
 import tensorflow as tf
 
 from . import exitcodes
-from .context import Context, exit_now
+from .context import Context
 from .control import PEER_ERRORS, SyncProtocol
 from .exits import Exit
 from .graph import TrainingGraph
@@ -54,7 +54,7 @@ def run_chief(ctx: Context) -> int:
         # chief lost a PS while restoring): PS 0 waits for the chief in it.
         state = wait_for_epoch(ctx, protocol, left, limit)
         if state.phase == Phase.DONE:
-            return finished_before(ctx, state.global_step or 0)
+            return finished_before(ctx, state.global_step)
         epoch = state.epoch
         try:
             result = chief_epoch(ctx, protocol, epoch)
@@ -76,8 +76,12 @@ def run_chief(ctx: Context) -> int:
             left = epoch
 
 
-def finished_before(ctx: Context, global_step: int) -> int:
+def finished_before(ctx: Context, global_step: int | None) -> int:
     """Training already ended (PS 0 set DONE after an earlier chief's last checkpoint)."""
+    if global_step is not None:
+        # This chief ran no step: the gauge gives its exit message the job's final step.
+        ctx.metrics.global_step.set(global_step)
+    global_step = global_step or 0
     if global_step < ctx.cfg.training.max_steps:
         raise Exit(exitcodes.RETRY, f"training ended at global step {global_step}, before "
                    f"maxSteps {ctx.cfg.training.max_steps}")
@@ -188,6 +192,8 @@ def finish_chief(ctx: Context, protocol: SyncProtocol, sess: Any, training: Trai
                  global_step: int) -> str:
     """Checkpoint, evaluate, report done; wait for PS 0 to end training and the replicas."""
     cfg = ctx.cfg
+    # The step of exit 0's message (a chief may finish without a step of its own here).
+    ctx.metrics.global_step.set(global_step)
     if cfg.training.checkpoint_dir:
         save_checkpoint(sess, training, cfg.training.checkpoint_dir, global_step)
         ctx.metrics.checkpoint_step.set(global_step)
@@ -224,6 +230,7 @@ def graceful_stop(ctx: Context) -> None:
 
     def stop() -> None:
         reason = "stopped by SIGTERM"
+        global_step = None
         try:
             sess, training = ctx.session, ctx.graph
             if sess is not None and training is not None and ctx.cfg.training.checkpoint_dir:
@@ -233,6 +240,6 @@ def graceful_stop(ctx: Context) -> None:
                 reason += f" after writing {os.path.basename(path)}"
         except Exception as err:  # still exit: the orchestrator is waiting
             reason += f" (clean-up failed: {type(err).__name__})"
-        exit_now(128 + signal.SIGTERM, reason)
+        ctx.exit_now(128 + signal.SIGTERM, reason, global_step)
 
     threading.Thread(target=stop, name="sigterm", daemon=True).start()

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from . import exitcodes
 from .cluster import ClusterConfig
@@ -17,6 +15,7 @@ from .metrics import RuntimeMetrics
 from .model import ModelError
 from .phases import ReplicaPhase
 from .snapshot import SnapshotStore
+from .termination import exit_now
 
 
 @dataclass
@@ -81,12 +80,15 @@ class Context:
     def set_phase(self, phase: ReplicaPhase) -> None:
         self.metrics.replica_phase.set(int(phase))
 
+    def seen_step(self) -> int | None:
+        """The last global step this replica saw (its metrics' gauge), None before any."""
+        value = self.metrics.global_step.get()
+        return None if value is None else int(value)
 
-def exit_now(code: int, reason: str) -> None:
-    """Print the contract's one-line reason and end the process at once."""
-    print(exitcodes.exit_line(code, reason), file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    os._exit(code)
+    def exit_now(self, code: int, reason: str, global_step: int | None = None) -> NoReturn:
+        """End the process at once, from any thread, with the contract's exit line and
+        termination message; its ``globalStep=`` is ``global_step``, else the last seen."""
+        exit_now(code, reason, global_step if global_step is not None else self.seen_step())
 
 
 def start_watchdog(ctx: Context) -> None:
@@ -98,7 +100,7 @@ def start_watchdog(ctx: Context) -> None:
         while True:
             time.sleep(min(1.0, limit / 4))
             if ctx.watchdog_armed and time.monotonic() - ctx.last_progress > limit:
-                exit_now(exitcodes.RETRY, f"no token and no new sync epoch for {limit:.0f}s: "
-                         "a replica the updates need is gone")
+                ctx.exit_now(exitcodes.RETRY, "no token and no new sync epoch for "
+                             f"{limit:.0f}s: a replica the updates need is gone")
 
     threading.Thread(target=watch, name="watchdog", daemon=True).start()

@@ -37,7 +37,7 @@ from typing import Any
 import tensorflow as tf
 
 from . import exitcodes
-from .context import Context, exit_now
+from .context import Context
 from .control import PEER_ERRORS, SyncProtocol, new_epoch_id
 from .exits import Exit
 from .graph import TrainingGraph, tokens_per_replica
@@ -171,10 +171,10 @@ def serve_sync_epochs(ctx: Context) -> None:
     try:
         run_sync_epochs(ctx)
     except Exit as err:
-        exit_now(err.code, err.reason)
+        ctx.exit_now(err.code, err.reason)
     except Exception as err:  # the process must not outlive its sync loop
-        exit_now(exitcodes.RETRY, f"the sync loop failed: {type(err).__name__}: "
-                 f"{str(err).splitlines()[0] if str(err) else ''}")
+        ctx.exit_now(exitcodes.RETRY, f"the sync loop failed: {type(err).__name__}: "
+                     f"{str(err).splitlines()[0] if str(err) else ''}")
 
 
 def run_sync_epochs(ctx: Context) -> None:

@@ -1,4 +1,5 @@
-"""Write the replica's termination message (docs/contract.md) as it exits, never failing.
+"""How a replica leaves: its exit line on stderr and its termination message (docs/contract.md),
+written as it exits, never failing.
 
 Kubernetes copies the file into the container's status (``state.terminated.message``):
 the operator reads the reason of a failure and the chief's final global step there. The
@@ -9,9 +10,17 @@ exists, so a local run (or a root shell with a writable /dev) leaves nothing beh
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
+from typing import NoReturn
 
-from .exitcodes import DEFAULT_TERMINATION_LOG, TERMINATION_LOG_ENV
+from .exitcodes import (
+    DEFAULT_TERMINATION_LOG,
+    OK,
+    TERMINATION_LOG_ENV,
+    exit_line,
+    termination_message,
+)
 
 
 def write_termination_message(text: str, environ: Mapping[str, str] = os.environ) -> bool:
@@ -38,3 +47,23 @@ def write_termination_message(text: str, environ: Mapping[str, str] = os.environ
     except OSError:
         return False
     return True
+
+
+def report_exit(code: int, reason: str, global_step: int | None = None,
+                environ: Mapping[str, str] = os.environ) -> int:
+    """Say why the replica exits with ``code``: the contract's one exit line on stderr (none
+    for exit 0) and the termination message (that line, then ``globalStep=N`` when the
+    replica saw a step). Returns ``code`` for the caller to exit with."""
+    if code != OK:
+        print(exit_line(code, reason), file=sys.stderr, flush=True)
+    write_termination_message(termination_message(code, reason, global_step), environ)
+    return code
+
+
+def exit_now(code: int, reason: str, global_step: int | None = None) -> NoReturn:
+    """:func:`report_exit`, then end the process at once, from any thread (a watchdog, PS 0's
+    sync loop, the chief's SIGTERM checkpoint): no clean-up, no waiting for other threads."""
+    report_exit(code, reason, global_step)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,23 +1,31 @@
 """Bad configuration exits with its documented code and one line naming the cause, on stderr
-and in the termination message (docs/contract.md)."""
+and in the termination message (docs/contract.md); so do the exits that end a replica at
+once from another thread (a watchdog, PS 0's sync loop, SIGTERM)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from syncreplicas_runtime import exitcodes
+from syncreplicas_runtime.cluster import parse_config
 from syncreplicas_runtime.exitcodes import TERMINATION_LOG_ENV
 
 from tests.runtime.rtutil import linear_job, runtime_env
 from tests.support.tfcluster import free_port
 
 
-def tf_config(role: str = "chief", index: int = 0) -> str:
-    return json.dumps({"cluster": {"ps": [f"127.0.0.1:{free_port()}"],
+def tf_config(role: str = "chief", index: int = 0, ps: int = 1) -> str:
+    return json.dumps({"cluster": {"ps": [f"127.0.0.1:{free_port()}" for _ in range(ps)],
                                    "chief": [f"127.0.0.1:{free_port()}"]},
                        "task": {"type": role, "index": index}})
 
@@ -54,6 +62,10 @@ CASES = {
             "(eager) training loop"),
     "ps_unreachable": ({"TF_CONFIG": tf_config(), "SYNCREPLICAS_JOB": job()}, 69,
                        "UNREACHABLE (69): PS not reachable within 3s"),
+    # PS 0's sync loop (a thread) ends the process with os._exit: the message is still left.
+    "sync_loop_ps_unreachable": ({"TF_CONFIG": tf_config("ps", 0, ps=2),
+                                  "SYNCREPLICAS_JOB": job(parameterServers=2)}, 69,
+                                 "UNREACHABLE (69): PS not reachable within 3s"),
 }
 
 
@@ -128,6 +140,133 @@ def test_no_termination_message_where_none_can_be_written(tmp_path: Path, where:
     assert proc.stderr.startswith("syncreplicas: CONFIG (64): bad configuration: TF_CONFIG")
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_chief_stopped_while_it_waits_for_the_ps_says_so(tmp_path: Path) -> None:
+    """Before the chief has variables to checkpoint, SIGTERM stops it like any replica:
+    exit 143 with its exit line, not killed by the signal with nothing said."""
+    log = tmp_path / "termination-log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "syncreplicas_runtime"],
+        env={**os.environ, **runtime_env(), "TF_CONFIG": tf_config(),
+             "SYNCREPLICAS_JOB": job(training__startupTimeoutSeconds=120),
+             TERMINATION_LOG_ENV: str(log)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # its server is up: it waits for the PS that never comes
+            if "started:" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, stderr
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("syncreplicas: ")]
+    assert lines == ["syncreplicas: EXIT (143): stopped by SIGTERM"], stderr
+    assert log.read_text() == lines[0] + "\n"
+
+
+# --- exits of a running replica, in this process: os._exit is recorded, not run --------------
+
+
+class Ended:
+    """Stands in for os._exit: records the code and the termination message as the process
+    would end, then parks the calling thread for good (a daemon thread: os._exit does not
+    return, and a watchdog left running would exit again)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.exits: list[tuple[int, str | None]] = []
+        self.done = threading.Event()
+
+    def os_exit(self, code: int) -> None:
+        assert threading.current_thread() is not threading.main_thread()
+        self.exits.append((code, self.log.read_text() if self.log.exists() else None))
+        self.done.set()
+        threading.Event().wait()
+
+    def wait(self, timeout: float = 10.0) -> tuple[int, str | None]:
+        assert self.done.wait(timeout), "the process did not exit"
+        return self.exits[0]
+
+
+@pytest.fixture
+def ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ended:
+    log = tmp_path / "termination-log"
+    monkeypatch.setenv(TERMINATION_LOG_ENV, str(log))
+    end = Ended(log)
+    monkeypatch.setattr(os, "_exit", end.os_exit)
+    return end
+
+
+def replica(**changes: object) -> Any:
+    """A chief's process context with no server: enough for the code that ends it."""
+    from syncreplicas_runtime.context import Context
+    from syncreplicas_runtime.metrics import RuntimeMetrics
+
+    cfg = parse_config({"TF_CONFIG": tf_config(), "SYNCREPLICAS_JOB": job(**changes)})
+    return Context(cfg=cfg, server=None, metrics=RuntimeMetrics(), readiness=None,
+                   model_fn=None, name="chief-0")
+
+
+def test_the_watchdog_leaves_its_exit_line_and_step(ended: Ended) -> None:
+    from syncreplicas_runtime.context import start_watchdog
+
+    ctx = replica(training__chiefLostTimeoutSeconds=1)
+    ctx.metrics.global_step.set(17)
+    ctx.watchdog_armed, ctx.last_progress = True, time.monotonic() - 5
+    start_watchdog(ctx)
+    assert ended.wait() == (75, "syncreplicas: RETRY (75): no token and no new sync epoch for "
+                                "1s: a replica the updates need is gone\nglobalStep=17\n")
+
+
+@pytest.mark.parametrize(("in_epoch", "message"), [
+    (False, "syncreplicas: EXIT (143): stopped by SIGTERM\nglobalStep=38\n"),
+    # The step it checkpointed, not the older one of its last step.
+    (True, "syncreplicas: EXIT (143): stopped by SIGTERM after writing model.ckpt-40\n"
+           "globalStep=40\n"),
+])
+def test_the_chiefs_sigterm_checkpoint_leaves_its_exit_line_and_step(
+    ended: Ended, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, in_epoch: bool, message: str
+) -> None:
+    from syncreplicas_runtime import chief
+
+    ctx = replica(training__checkpointDir=str(tmp_path / "ckpt"))
+    ctx.metrics.global_step.set(38)
+    if in_epoch:
+        ctx.session = SimpleNamespace(run=lambda fetch: 40)
+        ctx.graph = SimpleNamespace(global_step="global_step:0")
+        monkeypatch.setattr(chief, "save_checkpoint",
+                            lambda sess, training, where, step: f"{where}/model.ckpt-{step}")
+    chief.graceful_stop(ctx)
+    assert ended.wait() == (143, message)
+
+
+@pytest.mark.parametrize(("global_step", "message"), [
+    (30, "syncreplicas: OK (0): finished at global step 30\nglobalStep=30\n"),
+    (12, "syncreplicas: RETRY (75): training ended at global step 12, before maxSteps 30\n"
+         "globalStep=12\n"),
+])
+def test_a_chief_restarted_after_training_ended_reports_the_step(
+    ended: Ended, global_step: int, message: str
+) -> None:
+    """PS 0 says DONE before the chief ran a step: its exit still carries the global step."""
+    from syncreplicas_runtime.__main__ import fail, seen_step, succeed
+    from syncreplicas_runtime.chief import finished_before
+    from syncreplicas_runtime.exits import Exit
+
+    ctx = replica(training__maxSteps=30)
+    try:
+        finished_before(ctx, global_step)
+        code = succeed(seen_step(ctx.metrics))
+    except Exit as err:  # as __main__.main reports it
+        code = fail(err.code, err.reason, seen_step(ctx.metrics))
+    assert code == (exitcodes.OK if global_step == 30 else exitcodes.RETRY)
+    assert ended.log.read_text() == message
 
 
 @pytest.mark.parametrize(("entrypoint", "code", "reason"), [

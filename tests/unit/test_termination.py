@@ -88,3 +88,49 @@ def test_the_default_file_is_written_only_where_the_kubelet_made_it(
 def test_an_unwritable_path_is_skipped_silently(tmp_path: Path) -> None:
     for path in (tmp_path / "no" / "such" / "dir" / "log", tmp_path):  # no dir; a dir
         assert not termination.write_termination_message("x\n", {rt.TERMINATION_LOG_ENV: str(path)})
+
+
+# --- leaving: the exit line and the message together ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "step", "stderr"),
+    [
+        (0, "finished at global step 30", 30, ""),  # exit 0 prints no exit line
+        (75, "no token and no new sync epoch for 120s: a replica the updates need is gone", 17,
+         "syncreplicas: RETRY (75): no token and no new sync epoch for 120s: a replica the "
+         "updates need is gone\n"),
+        (69, "PS not reachable within 3s: DeadlineExceededError", None,
+         "syncreplicas: UNREACHABLE (69): PS not reachable within 3s: DeadlineExceededError\n"),
+        (143, "stopped by SIGTERM after writing model.ckpt-40", 40,
+         "syncreplicas: EXIT (143): stopped by SIGTERM after writing model.ckpt-40\n"),
+    ],
+)  # fmt: skip
+def test_report_exit_prints_the_line_and_leaves_the_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    code: int, reason: str, step: int | None, stderr: str,
+) -> None:
+    path = tmp_path / "termination-log"
+    assert termination.report_exit(code, reason, step, {rt.TERMINATION_LOG_ENV: str(path)}) == code
+    assert capsys.readouterr().err == stderr
+    assert path.read_text() == rt.termination_message(code, reason, step)
+
+
+def test_exit_now_leaves_the_message_before_it_ends_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The exit of a watchdog, PS 0's sync loop or the chief's SIGTERM thread (os._exit)."""
+    path = tmp_path / "termination-log"
+    monkeypatch.setenv(rt.TERMINATION_LOG_ENV, str(path))
+    ended: list[tuple[int, str]] = []
+
+    def os_exit(code: int) -> None:
+        ended.append((code, path.read_text()))  # what is there as the process ends
+        raise SystemExit(code)
+
+    monkeypatch.setattr(termination.os, "_exit", os_exit)
+    with pytest.raises(SystemExit):
+        termination.exit_now(75, "the sync loop failed: ValueError: x", 12)
+    line = "syncreplicas: RETRY (75): the sync loop failed: ValueError: x\n"
+    assert ended == [(75, f"{line}globalStep=12\n")]
+    assert capsys.readouterr().err == line
