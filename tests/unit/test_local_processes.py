@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 from syncreplicas_operator.core import naming
-from syncreplicas_operator.local.processes import LocalPlanError, plan_local_processes
+from syncreplicas_operator.local.processes import (
+    ENV_TERMINATION_LOG,
+    LocalPlanError,
+    plan_local_processes,
+)
+from syncreplicas_runtime.exitcodes import TERMINATION_LOG_ENV
 
 CLUSTER = {
     "ps": ["j-ps-0.ns.svc:2222"],
@@ -82,6 +87,27 @@ def test_no_checkpoint_dir_stays_off():
     p["spec"]["containers"][0]["env"][1]["value"] = json.dumps(job)
     (chief,) = plan([p])
     assert json.loads(chief.env["SYNCREPLICAS_JOB"])["training"]["checkpointDir"] == ""
+
+
+@pytest.mark.parametrize(
+    "template_env",
+    [
+        [],
+        [{"name": "SYNCREPLICAS_TERMINATION_LOG", "value": "/dev/termination-log"}],
+        [{"name": "SYNCREPLICAS_TERMINATION_LOG", "value": "/shared/log"}],
+    ],
+)
+def test_the_termination_message_is_off_for_every_replica(template_env):
+    """The runner's os.environ goes under each replica's env: "" wins over both it and a
+    template's path, so no replica writes a file (one shared by all, or the runner's own)."""
+    pods = [pod("ps", 0), pod("chief", 0), pod("worker", 0), pod("worker", 1)]
+    for p in pods:
+        p["spec"]["containers"][0]["env"].extend(template_env)
+    assert [p.env[ENV_TERMINATION_LOG] for p in plan(pods)] == ["", "", "", ""]
+
+
+def test_the_termination_log_variable_is_the_runtimes():
+    assert ENV_TERMINATION_LOG == TERMINATION_LOG_ENV
 
 
 def test_args_are_kept_and_expanded():

@@ -7,6 +7,9 @@ differs on one machine, so a job runs the same locally and on a cluster:
 - service addresses in TF_CONFIG become ``127.0.0.1:<port>`` (one free port per replica);
 - every process gets its own metrics port (``SYNCREPLICAS_METRICS_PORT``);
 - ``training.checkpointDir`` in SYNCREPLICAS_JOB becomes a local directory (when set);
+- the termination message is off (``SYNCREPLICAS_TERMINATION_LOG=""``): the replicas share
+  the runner's environment and machine, and must not write a path a template or the
+  caller's environment names, nor the runner's own ``/dev/termination-log`` in a pod;
 - a ``python``/``python3`` command runs under the runner's own interpreter.
 """
 
@@ -24,6 +27,9 @@ from ..core import naming
 LOOPBACK = "127.0.0.1"
 _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
+# syncreplicas_runtime.exitcodes.TERMINATION_LOG_ENV (the operator does not import the
+# runtime; tests/unit/test_local_processes.py checks they agree). "" turns the file off.
+ENV_TERMINATION_LOG = "SYNCREPLICAS_TERMINATION_LOG"
 
 
 class LocalPlanError(ValueError):
@@ -101,6 +107,7 @@ def plan_local_processes(
         env[naming.ENV_TF_CONFIG] = _local_tf_config(pod_name, env[naming.ENV_TF_CONFIG], tf_ports)
         env[naming.ENV_JOB] = _local_job(pod_name, env[naming.ENV_JOB], checkpoint_dir)
         env[naming.ENV_METRICS_PORT] = str(metrics_ports[key])
+        env[ENV_TERMINATION_LOG] = ""
         command = [_expand(str(c), env) for c in container.get("command") or ()]
         args = [_expand(str(a), env) for a in container.get("args") or ()]
         if not command:
