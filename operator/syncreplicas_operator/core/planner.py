@@ -96,8 +96,22 @@ class Plan:
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """Top-level JSON merge patch turning ``old`` into ``new`` (lists replace wholesale)."""
-    patch: dict[str, Any] = {k: v for k, v in new.items() if old.get(k) != v}
+    """JSON merge patch (RFC 7386) turning ``old`` into ``new``.
+
+    The API server merges nested objects key by key, so a key that ``new`` drops from a
+    nested object (``lastRecovery.recoveredAt`` when a new recovery starts) is set to null
+    at its own level; sending the nested object whole would keep the old keys. Lists
+    replace wholesale.
+    """
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if before == value:
+            continue
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            patch[key] = status_patch(before, value)
+        else:
+            patch[key] = value
     patch.update({k: None for k in old if k not in new})
     return patch
 
