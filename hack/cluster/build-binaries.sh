@@ -4,7 +4,9 @@
 #     from k8s.io/kubernetes (hack/cluster/kubernetes/go.mod),
 #   etcd from go.etcd.io/etcd/server/v3 (hack/cluster/etcd/go.mod),
 #   coredns from github.com/coredns/coredns (its own go.mod, by version),
-#   pause (the pod sandbox's process) from the C source in the kubernetes module.
+#   pause (the pod sandbox's process) from the C source in the kubernetes module,
+#   prometheus from github.com/prometheus/prometheus (hack/cluster/prometheus/go.mod):
+#     Debian's Prometheus has no Kubernetes service discovery.
 # Each lands in $CACHE/<name>-<version>/bin. With the binaries there it does nothing; with
 # the Go build cache warm a rebuild is a link step.
 set -euo pipefail
@@ -63,6 +65,20 @@ if ! cached "$coredns" coredns; then
   GOBIN="$coredns" GOFLAGS=-buildvcs=false go install -trimpath -ldflags "-s -w" \
     "github.com/coredns/coredns@$COREDNS_VERSION"
   took "coredns $COREDNS_VERSION" $t "$coredns"
+fi
+
+# Prometheus -----------------------------------------------------------------------------
+prometheus="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"
+if ! cached "$prometheus" prometheus promtool; then
+  echo "build: prometheus $PROMETHEUS_VERSION"
+  t=$SECONDS
+  pv="github.com/prometheus/common/version"
+  rm -rf "$prometheus.tmp" && mkdir -p "$prometheus.tmp"
+  (cd "$here/prometheus" && go build -trimpath -o "$prometheus.tmp/" -ldflags \
+    "-s -w -X $pv.Version=${PROMETHEUS_VERSION#v} -X $pv.Branch=release -X $pv.Revision=module" \
+    github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool)
+  rm -rf "$prometheus" && mv "$prometheus.tmp" "$prometheus"
+  took "prometheus $PROMETHEUS_VERSION" $t "$prometheus"
 fi
 
 # pause ----------------------------------------------------------------------------------

@@ -145,7 +145,12 @@ class Prometheus:
     Use as a context manager: the server is killed by PID (its own process group) on exit.
     """
 
-    def __init__(self, config: dict[str, Any], workdir: Path, port: int) -> None:
+    def __init__(
+        self, config: dict[str, Any], workdir: Path, port: int, bin_dir: Path | None = None
+    ) -> None:
+        """``bin_dir``: where prometheus and promtool are (default: the tools on PATH)."""
+        self.prometheus = str(bin_dir / "prometheus") if bin_dir else tool("prometheus")
+        self.promtool = str(bin_dir / "promtool") if bin_dir else tool("promtool")
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = port
@@ -156,11 +161,11 @@ class Prometheus:
         self.popen: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Prometheus:
-        run([tool("promtool"), "check", "config", str(self.config_path)])
+        run([self.promtool, "check", "config", str(self.config_path)])
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(
                 [
-                    tool("prometheus"),
+                    self.prometheus,
                     f"--config.file={self.config_path}",
                     f"--storage.tsdb.path={self.workdir / 'tsdb'}",
                     f"--web.listen-address=127.0.0.1:{self.port}",

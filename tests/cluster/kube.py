@@ -21,6 +21,15 @@ CHART = REPO / "charts" / "syncreplicas"
 RELEASE = "syncreplicas"
 RELEASE_NAMESPACE = "syncreplicas-system"
 T = TypeVar("T")
+VERSIONS = dict(
+    line.split("=", 1)
+    for line in (REPO / "hack" / "cluster" / "versions.env").read_text().splitlines()
+    if "=" in line and not line.startswith("#")
+)
+CACHE = Path(
+    os.environ.get("SYNCREPLICAS_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "syncreplicas"
+)
 
 
 def tool(name: str) -> str:

@@ -174,7 +174,8 @@ def test_a_job_survives_a_killed_worker_a_deleted_chief_ps_and_operator(namespac
                      "--timeout=600s", timeout=620)  # fmt: skip
         final = status(namespace)
         assert final["globalStep"] >= 5000
-        assert not kube.pods(namespace, f"{SELECTOR},syncreplicas.io/replica-type=ps")
+        kube.eventually("the PS pod is gone after success", lambda: not kube.pods(
+            namespace, f"{SELECTOR},syncreplicas.io/replica-type=ps"), 60)  # fmt: skip
         print("figures:", figures)
     except AssertionError as error:
         described = kube.describe(namespace, "srj", JOB)

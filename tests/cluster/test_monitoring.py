@@ -42,6 +42,8 @@ from tests.support.tfcluster import free_port
 
 SCRAPE_CONFIGS = kube.CHART / "files" / "scrape-configs.yaml"
 PKI = Path("/tmp/syncreplicas-cluster/pki")
+# Built by hack/cluster/build-binaries.sh: Debian's Prometheus has no kubernetes_sd_configs.
+PROMETHEUS_BIN = kube.CACHE / f"prometheus-{kube.VERSIONS['PROMETHEUS_VERSION']}" / "bin"
 REPORT = kube.REPO / "reports" / "cluster-dashboard"
 TAINT = "syncreplicas.io/test=hold:NoSchedule"
 
@@ -74,7 +76,7 @@ def quick_rules(path: Path) -> Path:
 @pytest.fixture
 def prometheus(cluster_up: None, tmp_path: Path) -> Iterator[Prometheus]:
     server = Prometheus(prometheus_config(quick_rules(tmp_path / "alerts.yaml")),
-                        tmp_path / "prometheus", free_port())  # fmt: skip
+                        tmp_path / "prometheus", free_port(), PROMETHEUS_BIN)  # fmt: skip
     with server:
         server.wait_ready()
         yield server
