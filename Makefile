@@ -82,6 +82,8 @@ bench: venv tools
 	$(PY) bench/recovery.py
 	$(PY) bench/operator.py
 	$(PY) bench/input.py
+	$(MAKE) --no-print-directory cluster
+	$(PY) bench/cluster.py
 
 crds:
 	mkdir -p charts/syncreplicas/crds

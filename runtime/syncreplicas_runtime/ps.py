@@ -34,7 +34,18 @@ def run_ps(ctx: Context) -> int:
         ctx.metrics.spec_replicas_to_aggregate.set(cfg.replicas_to_aggregate)
         threading.Thread(target=serve_sync_epochs, args=(ctx,), name="sync-epochs",
                          daemon=True).start()
-    sess.run(wait_done)
+    # The wait runs in a thread of its own: a main thread blocked inside TensorFlow would
+    # never run the SIGTERM handler, and Kubernetes would wait out the pod's whole grace
+    # period (30 s) before killing a deleted PS.
+    done = threading.Event()
+
+    def wait_for_done() -> None:
+        sess.run(wait_done)
+        done.set()
+
+    threading.Thread(target=wait_for_done, name="done-queue", daemon=True).start()
+    while not done.wait(0.5):
+        pass
     # Let the release call and the replicas' last reads complete before going away.
     time.sleep(1.0)
     ctx.log("the chief reported training finished")
