@@ -24,6 +24,19 @@ cached() {  # cached DIR BINARY...: true when every binary is in DIR
 
 took() { echo "build: $1 in $(( SECONDS - $2 )) s -> $3"; }
 
+# go_build WHAT OUT MODULE_DIR LDFLAGS PACKAGE...: build the packages with the go.mod in
+# MODULE_DIR into OUT (each binary named after its package, as `go build -o DIR/` does),
+# replacing OUT only once every binary is there.
+go_build() {
+  local what="$1" out="$2" module="$3" ldflags="$4" t=$SECONDS
+  shift 4
+  echo "build: $what"
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  (cd "$here/$module" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "$@")
+  rm -rf "$out" && mv "$out.tmp" "$out"
+  took "$what" $t "$out"
+}
+
 # Kubernetes -----------------------------------------------------------------------------
 k8s="$CACHE/kubernetes-$KUBERNETES_VERSION/bin"
 components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
@@ -36,24 +49,17 @@ if ! cached "$k8s" "${components[@]}"; then
     ldflags+=" -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
     ldflags+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  echo "build: kubernetes $KUBERNETES_VERSION: ${components[*]} (cold: ~25 min on 2 cores)"
-  t=$SECONDS
-  rm -rf "$k8s.tmp" && mkdir -p "$k8s.tmp"
-  (cd "$here/kubernetes" && go build -trimpath -ldflags "$ldflags" -o "$k8s.tmp/" tool)
-  rm -rf "$k8s" && mv "$k8s.tmp" "$k8s"
-  took "kubernetes $KUBERNETES_VERSION" $t "$k8s"
+  # The five commands are the module's `tool`s.
+  go_build "kubernetes $KUBERNETES_VERSION (${components[*]}; ~5 min cold on 2 cores)" \
+    "$k8s" kubernetes "$ldflags" tool
 fi
 
 # etcd -----------------------------------------------------------------------------------
 etcd="$CACHE/etcd-$ETCD_VERSION/bin"
 if ! cached "$etcd" etcd; then
-  echo "build: etcd $ETCD_VERSION"
-  t=$SECONDS
-  mkdir -p "$etcd"
-  (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$etcd/etcd.tmp" \
-    go.etcd.io/etcd/server/v3)
-  mv "$etcd/etcd.tmp" "$etcd/etcd"
-  took "etcd $ETCD_VERSION" $t "$etcd"
+  # The package is go.etcd.io/etcd/server/v3: its binary is named "server".
+  go_build "etcd $ETCD_VERSION" "$etcd" etcd "-s -w" go.etcd.io/etcd/server/v3
+  mv "$etcd/server" "$etcd/etcd"
 fi
 
 # CoreDNS --------------------------------------------------------------------------------
@@ -70,15 +76,10 @@ fi
 # Prometheus -----------------------------------------------------------------------------
 prometheus="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"
 if ! cached "$prometheus" prometheus promtool; then
-  echo "build: prometheus $PROMETHEUS_VERSION"
-  t=$SECONDS
   pv="github.com/prometheus/common/version"
-  rm -rf "$prometheus.tmp" && mkdir -p "$prometheus.tmp"
-  (cd "$here/prometheus" && go build -trimpath -o "$prometheus.tmp/" -ldflags \
+  go_build "prometheus $PROMETHEUS_VERSION" "$prometheus" prometheus \
     "-s -w -X $pv.Version=${PROMETHEUS_VERSION#v} -X $pv.Branch=release -X $pv.Revision=module" \
-    github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool)
-  rm -rf "$prometheus" && mv "$prometheus.tmp" "$prometheus"
-  took "prometheus $PROMETHEUS_VERSION" $t "$prometheus"
+    github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 fi
 
 # pause ----------------------------------------------------------------------------------
