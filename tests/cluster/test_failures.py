@@ -17,6 +17,7 @@ import signal
 import time
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.cluster import kube
@@ -110,6 +111,7 @@ def advancing(namespace: str, pod_name: str, seconds: float = 3.0) -> bool:
     return step_of(namespace, pod_name) > before
 
 
+@pytest.mark.timeout(1200)
 def test_a_job_survives_a_killed_worker_a_deleted_chief_ps_and_operator(namespace: str) -> None:
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job()))
     figures: dict[str, str] = {}
@@ -182,6 +184,7 @@ def test_a_job_survives_a_killed_worker_a_deleted_chief_ps_and_operator(namespac
         raise AssertionError(f"{error}\n{figures}\n{described}") from error
 
 
+@pytest.mark.timeout(600)
 def test_a_model_that_does_not_import_fails_the_job_with_the_runtimes_reason(
     namespace: str,
 ) -> None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.cluster import kube
@@ -102,6 +103,7 @@ def srj(namespace: str, name: str = JOB_NAME) -> dict[str, Any]:
     return dict(kube.kubectl_json("get", "srj", name, "-n", namespace))
 
 
+@pytest.mark.timeout(900)
 def test_a_users_job_trains_to_max_steps_in_real_pods(namespace: str) -> None:
     volume = provide_storage(namespace)
     try:
@@ -189,6 +191,7 @@ def _watch_training(namespace: str, volume: Path) -> None:
     assert not kube.operator_refusals()
 
 
+@pytest.mark.timeout(600)
 def test_deleting_a_job_removes_every_child_through_owner_references(namespace: str) -> None:
     apply(namespace, linear_job(max_steps=100000))
     selector = f"{LABEL}={JOB_NAME}"

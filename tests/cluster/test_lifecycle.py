@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from tests.cluster import kube
 
 
+@pytest.mark.timeout(1800)
 def test_down_leaves_nothing_behind_and_make_cluster_restores_it(cluster_up: None) -> None:
     down = kube.cluster("down")
     assert "down in" in down.stdout, down.stdout

@@ -95,6 +95,7 @@ def degraded(namespace: str) -> str:
     return str((kube.condition(srj, "Degraded") or {}).get("status", ""))
 
 
+@pytest.mark.timeout(900)
 def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: Prometheus) -> None:
     manifest = job(workers=1, replicasToAggregate=2, minReplicasToAggregate=1)
     manifest["spec"]["training"].update({"maxSteps": 100000, "checkpointEverySteps": 100})
