@@ -760,9 +760,26 @@ def our_processes() -> list[tuple[int, str]]:
         base = Path(exe.split(" ")[0]).name
         mentions_run = str(RUN).encode() in b" ".join(cmdline)
         ours = base in names or base.startswith("containerd-shim")
-        if exe.startswith(str(CACHE)) or (ours and mentions_run):
+        if exe.startswith(str(CACHE)) or (ours and mentions_run) or in_pod_cgroup(proc):
             found.append((int(proc.name), exe))
     return found
+
+
+def in_pod_cgroup(proc: Path) -> bool:
+    """A container's process (its cgroup is under the kubelet's kubepods), whatever its
+    executable is called inside its own root."""
+    try:
+        return "/kubepods" in (proc / "cgroup").read_text()
+    except OSError:
+        return False
+
+
+def pod_cgroups() -> list[Path]:
+    """The kubelet's cgroup trees (one per controller), deepest first."""
+    found = []
+    for top in Path("/sys/fs/cgroup").glob("*/kubepods"):
+        found += [p for p in top.rglob("*") if p.is_dir()] + [top]
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
 
 
 def our_chains() -> list[str]:
@@ -816,7 +833,7 @@ def clean_iptables() -> None:
 
 def down() -> None:
     started = time.monotonic()
-    if not RUN.exists():
+    if not RUN.exists() and not leftovers():
         log("not running")
         return
     remove_pods()
@@ -840,6 +857,9 @@ def down() -> None:
     for name in our_interfaces():
         run("ip", "link", "delete", name, check=False)
     run("ip", "route", "del", SERVICE_CIDR, check=False)
+    for cgroup in pod_cgroups():
+        with contextlib.suppress(OSError):
+            cgroup.rmdir()
     saved = RUN / "sysctl.json"
     if saved.exists():
         for key, value in json.loads(saved.read_text()).items():
@@ -854,6 +874,7 @@ def leftovers() -> list[str]:
     found += [f"mount {m}" for m in our_mounts()]
     found += [f"iptables {c}" for c in our_chains()]
     found += [f"interface {i}" for i in our_interfaces()]
+    found += [f"cgroup {c}" for c in pod_cgroups()]
     if SERVICE_CIDR in run("ip", "route", "show", SERVICE_CIDR):
         found.append(f"route {SERVICE_CIDR}")
     if RUN.exists():
