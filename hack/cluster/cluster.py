@@ -115,13 +115,12 @@ def run(*argv: str | Path, check: bool = True, quiet: bool = True, **kw: object)
 
 
 def wait_for(what: str, ready: Callable[[], bool], timeout: float, log_name: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    while time.monotonic() < started + timeout:
         with contextlib.suppress(Exception):
             if ready():
                 return
         if log_name and log_name in COMPONENTS and running_pid(log_name) is None:
-            timeout = time.monotonic() - deadline + timeout
             what += " exited and is"
             break
         time.sleep(0.5)
@@ -130,7 +129,7 @@ def wait_for(what: str, ready: Callable[[], bool], timeout: float, log_name: str
         path = RUN / "logs" / f"{log_name}.log"
         if path.exists():
             tail = "\n" + "\n".join(path.read_text(errors="replace").splitlines()[-30:])
-    raise ClusterError(f"{what} not ready after {timeout:.0f} s{tail}")
+    raise ClusterError(f"{what} not ready after {time.monotonic() - started:.0f} s{tail}")
 
 
 # --- certificates ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ parsed output. The tests assert; nothing here decides what is right.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,21 +16,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
-KUBECONFIG = REPO / ".cluster" / "kubeconfig"
 CLUSTER_PY = REPO / "hack" / "cluster" / "cluster.py"
 CHART = REPO / "charts" / "syncreplicas"
 RELEASE = "syncreplicas"
 RELEASE_NAMESPACE = "syncreplicas-system"
 T = TypeVar("T")
-VERSIONS = dict(
-    line.split("=", 1)
-    for line in (REPO / "hack" / "cluster" / "versions.env").read_text().splitlines()
-    if "=" in line and not line.startswith("#")
-)
-CACHE = Path(
-    os.environ.get("SYNCREPLICAS_CACHE")
-    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "syncreplicas"
-)
+# The cluster's own module (hack/cluster is not a package): its paths and pinned versions,
+# so that the tests look where `cluster.py up` put things.
+_spec = importlib.util.spec_from_file_location("syncreplicas_cluster", CLUSTER_PY)
+assert _spec is not None and _spec.loader is not None
+node = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(node)
+KUBECONFIG = node.KUBECONFIG_LINK
 
 
 def tool(name: str) -> str:

@@ -25,7 +25,7 @@ from tests.cluster import kube
 JOB = "faults"
 SELECTOR = f"syncreplicas.io/job-name={JOB}"
 NODE = "syncreplicas-node"
-CONTAINERD = "/tmp/syncreplicas-cluster/containerd/containerd.sock"
+CONTAINERD = str(kube.node.CONTAINERD_SOCK)
 SNAPSHOT_EVERY = 10
 
 

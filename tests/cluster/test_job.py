@@ -72,7 +72,7 @@ def provide_storage(namespace: str) -> Path:
     Returns the volume's directory on the node."""
     model = Path(__file__).with_name("usermodel") / "user_model.py"
     kube.kubectl("create", "configmap", "user-model", "-n", namespace, f"--from-file={model}")
-    volume = Path("/tmp/syncreplicas-cluster/volumes") / namespace
+    volume = kube.node.RUN / "volumes" / namespace
     volume.mkdir(parents=True, exist_ok=True)
     os.chown(volume, 10001, 10001)  # the runtime image's user
     pv = {

@@ -41,9 +41,9 @@ from test_chart_dashboard import (
 from tests.support.tfcluster import free_port
 
 SCRAPE_CONFIGS = kube.CHART / "files" / "scrape-configs.yaml"
-PKI = Path("/tmp/syncreplicas-cluster/pki")
+PKI = kube.node.RUN / "pki"
 # Built by hack/cluster/build-binaries.sh: Debian's Prometheus has no kubernetes_sd_configs.
-PROMETHEUS_BIN = kube.CACHE / f"prometheus-{kube.VERSIONS['PROMETHEUS_VERSION']}" / "bin"
+PROMETHEUS_BIN = kube.node.CACHE / f"prometheus-{kube.node.VERSIONS['PROMETHEUS_VERSION']}" / "bin"
 REPORT = kube.REPO / "reports" / "cluster-dashboard"
 TAINT = "syncreplicas.io/test=hold:NoSchedule"
 
