@@ -36,7 +36,8 @@ from typing import Any
 
 import kmock
 from syncreplicas_operator.core import manifests, naming
-from syncreplicas_operator.core.planner import Observed, plan_job
+from syncreplicas_operator.core.plan.context import Observed
+from syncreplicas_operator.core.plan.pipeline import plan_job
 from syncreplicas_operator.core.spec import Job, parse_job
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "operator"))

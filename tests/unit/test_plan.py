@@ -1,4 +1,6 @@
-"""The planner: every run policy, every phase, chief restarts, idempotence (pure)."""
+"""plan_job end to end: every run policy, every phase, chief restarts, idempotence (pure).
+
+Each step's own tables are in test_plan_<step>.py."""
 
 from __future__ import annotations
 
@@ -24,13 +26,9 @@ from syncreplicas_operator.core.actions import (
     EmitEvent,
     PatchStatus,
 )
-from syncreplicas_operator.core.planner import (
-    FORCE_DELETE_AFTER_SECONDS,
-    Observed,
-    Plan,
-    plan_job,
-    status_patch,
-)
+from syncreplicas_operator.core.plan.children import FORCE_DELETE_AFTER_SECONDS
+from syncreplicas_operator.core.plan.context import Observed, Plan
+from syncreplicas_operator.core.plan.pipeline import plan_job
 from syncreplicas_operator.core.policy import ReplicaExitDecision, decide_replica_exit
 from syncreplicas_operator.core.spec import Job, RunPolicy
 from syncreplicas_operator.core.status import ObservedPod
@@ -836,43 +834,3 @@ def test_a_pod_deleted_by_someone_is_replaced_and_named() -> None:
     world.run_all()
     world.plan()
     assert not world.is_true("Restarting") and not world.is_true("Failed")
-
-
-def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch, as the API server applies it to a custom resource."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge(out.get(key), value)
-    return out
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "patch"),
-    [
-        ({"a": 1}, {"a": 1}, {}),
-        ({"a": 1}, {"a": 2, "b": [1]}, {"a": 2, "b": [1]}),
-        ({"a": 1, "b": 2}, {"a": 1}, {"b": None}),
-        # A new recovery record drops the old one's end: the keys go to null, not merged on.
-        (
-            {"lastRecovery": {"replica": "chief-0", "startedAt": "t1", "recoveredAt": "t2",
-                              "stepsLost": 0}},
-            {"lastRecovery": {"replica": "ps-0", "startedAt": "t3"}},
-            {"lastRecovery": {"replica": "ps-0", "startedAt": "t3", "recoveredAt": None,
-                              "stepsLost": None}},
-        ),
-        ({"x": {"y": {"z": 1, "w": 2}}}, {"x": {"y": {"z": 1}}}, {"x": {"y": {"w": None}}}),
-        ({"x": [1, 2]}, {"x": [1]}, {"x": [1]}),
-        ({"x": 1}, {"x": {"y": 1}}, {"x": {"y": 1}}),
-        ({"x": {"y": 1}}, {"x": 3}, {"x": 3}),
-    ],
-)
-def test_status_patch_is_a_merge_patch_that_the_api_server_applies_to_the_new_status(
-    old: dict[str, Any], new: dict[str, Any], patch: dict[str, Any]
-) -> None:
-    assert status_patch(old, new) == patch
-    assert merge(old, status_patch(old, new)) == new

@@ -16,7 +16,8 @@ from syncreplicas_operator.core.actions import (
     DeletePod,
     EmitEvent,
 )
-from syncreplicas_operator.core.planner import Observed, Plan, plan_job
+from syncreplicas_operator.core.plan.context import Observed, Plan
+from syncreplicas_operator.core.plan.pipeline import plan_job
 from syncreplicas_operator.core.recovery import Failure, Progress, SeenPod
 from syncreplicas_operator.core.spec import Job
 from syncreplicas_operator.core.status import ObservedPod

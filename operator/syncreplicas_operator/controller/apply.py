@@ -22,7 +22,7 @@ from ..core.actions import (
     EmitEvent,
     PatchStatus,
 )
-from ..core.planner import Plan
+from ..core.plan.context import Plan
 from .expectations import Expectations
 
 

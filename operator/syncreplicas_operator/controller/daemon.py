@@ -26,7 +26,7 @@ from typing import Any, Final, Protocol
 
 from ..core import manifests, naming
 from ..core.actions import WARNING, CreateChild, DeletePodGroup
-from ..core.planner import plan_job
+from ..core.plan.pipeline import plan_job
 from ..core.recovery import SeenPod
 from ..core.spec import Job, SpecError, parse_job
 from ..core.status import ObservedPod, observe_pod

@@ -15,7 +15,7 @@ from typing import Final
 
 from ..core import naming
 from ..core.actions import CreateChild
-from ..core.planner import Observed
+from ..core.plan.context import Observed
 from ..core.status import ObservedPod
 
 EXPECTATION_SECONDS: Final = 60.0

@@ -1,0 +1,187 @@
+"""The job's children: create what is missing (PodGroup, NetworkPolicy, Services, then pods),
+delete what is out of range, force-delete pods stuck terminating on a lost node.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .. import manifests, naming
+from ..actions import (
+    NORMAL,
+    PODS_CREATED,
+    WARNING,
+    CountMetric,
+    CreateChild,
+    DeletePod,
+    DeleteService,
+)
+from ..status import POD_RUNNING, ObservedPod, condition_is_true
+from ..timefmt import parse_time
+from .context import PlanContext
+
+# A pod still terminating this long after its deletionTimestamp (the end of its grace
+# period) has a kubelet that will never confirm: its node is lost. It is deleted at once.
+FORCE_DELETE_AFTER_SECONDS: Final = 60.0
+
+
+def force_delete_stuck(ctx: PlanContext) -> bool:
+    """Delete at once the pods whose kubelet never confirmed their deletion."""
+    forced: list[str] = []
+    for pod in sorted(ctx.observed.pods, key=lambda p: p.name):
+        due = parse_time(pod.deletion_timestamp) if pod.deleting else None
+        if due is None:
+            continue
+        overdue = (ctx.now - due).total_seconds()
+        if overdue < FORCE_DELETE_AFTER_SECONDS:
+            ctx.requeue.append(FORCE_DELETE_AFTER_SECONDS - overdue)
+            continue
+        ctx.actions.append(DeletePod(pod.name, grace_period_seconds=0))
+        forced.append(f"{pod.name} ({int(overdue)}s)")
+    if forced:
+        ctx.event(
+            WARNING,
+            naming.REASON_FORCE_DELETED,
+            "deleted with gracePeriodSeconds 0, still terminating past the end of their "
+            f"grace period (their node is likely lost): {', '.join(forced)}",
+        )
+    return False
+
+
+def reconcile_children(ctx: PlanContext) -> bool:
+    """Create the missing children, delete those out of range, report Created."""
+    counts = ctx.spec.replica_counts()
+    ps_up = all(
+        (p := ctx.pods.get(naming.replica_name(ctx.job.name, naming.PS, i))) is not None
+        and not p.deleting
+        and p.phase == POD_RUNNING
+        for i in range(counts[naming.PS])
+    )
+    # The PodGroup first (the gang scheduler holds the pods until their group exists),
+    # the NetworkPolicy next (no pod is ever reachable unprotected), then every Service
+    # (peers resolve each other while starting), then pods: PS, chief, workers.
+    _create_pod_group_and_policy(ctx)
+    services = _create_services(ctx)
+    pods = _create_pods(ctx, ps_up)
+    _prune(ctx)
+    _report_created(ctx, f"created {pods} pod(s) and {services} service(s)", pods + services)
+    if ctx.status.get("restartJob") and ps_up and _all_there(ctx):
+        ctx.status.pop("restartJob", None)
+    return False
+
+
+def _create_pod_group_and_policy(ctx: PlanContext) -> None:
+    """The PodGroup (under a gang scheduler) and the NetworkPolicy, unless observed."""
+    gang = ctx.spec.run_policy.scheduling_policy is not None and ctx.observed.pod_group_api
+    if gang and ctx.observed.pod_group is not True:
+        ctx.actions.append(CreateChild(manifests.build_pod_group(ctx.job)))
+    if not ctx.observed.network_policy:
+        ctx.actions.append(CreateChild(manifests.build_network_policy(ctx.job)))
+
+
+def _create_services(ctx: PlanContext) -> int:
+    """The Services not observed; how many."""
+    job = ctx.job
+    created = 0
+    for replica_type, count in ctx.spec.replica_counts().items():
+        for index in range(count):
+            if naming.replica_name(job.name, replica_type, index) in ctx.observed.services:
+                continue
+            ctx.actions.append(CreateChild(manifests.build_service(job, replica_type, index)))
+            created += 1
+    return created
+
+
+def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
+    """The pods not observed (under RestartJob, workers once every PS runs); how many."""
+    job = ctx.job
+    restarting_job = bool(ctx.status.get("restartJob"))
+    # Pods of a job whose replicas all existed, gone without the operator restarting
+    # them (no restart, resume or RestartJob round explains it): deleted by someone.
+    was_created = condition_is_true(
+        ctx.inputs.status.get("conditions") or [], naming.CONDITION_CREATED
+    )
+    unexplained = was_created and not (
+        ctx.resumed
+        or restarting_job
+        or condition_is_true(ctx.conditions, naming.CONDITION_RESTARTING)
+    )
+    created = 0
+    replaced: list[str] = []
+    cluster: dict[str, list[str]] | None = None
+    for replica_type, count in ctx.spec.replica_counts().items():
+        for index in range(count):
+            name = naming.replica_name(job.name, replica_type, index)
+            if name in ctx.pods:
+                continue  # present, or still terminating: never create over it
+            if restarting_job and replica_type == naming.WORKER and not ps_up:
+                continue  # RestartJob: workers wait for the new parameter servers
+            annotations = {}
+            if restarting_job and replica_type != naming.CHIEF:
+                restart_round = str(ctx.status["restartJob"].get("round", ""))
+                annotations[naming.ANNOTATION_RESTART_ROUND] = restart_round
+            if cluster is None:
+                cluster = manifests.job_cluster(job)
+            pod = manifests.build_pod(
+                job,
+                replica_type,
+                index,
+                default_image=ctx.inputs.default_image,
+                annotations=annotations,
+                cluster=cluster,
+            )
+            ctx.actions.append(CreateChild(pod))
+            ctx.pods[name] = ObservedPod(name=name, replica_type=replica_type, index=index)
+            created += 1
+            if unexplained:
+                replaced.append(name)
+    if created:
+        ctx.actions.append(CountMetric(PODS_CREATED, created))
+    if replaced:
+        message = f"replacing {', '.join(replaced)}: deleted while the job ran"
+        ctx.condition(naming.CONDITION_RESTARTING, True, naming.REASON_REPLICA_RESTARTED, message)
+        ctx.event(WARNING, naming.REASON_REPLICA_RESTARTED, message)
+    return created
+
+
+def _prune(ctx: PlanContext) -> None:
+    """Children beyond the spec's counts (or of unknown types) go."""
+    counts = ctx.spec.replica_counts()
+    extra = [p for p in ctx.live_pods() if p.index >= counts.get(p.replica_type, 0)]
+    ctx.delete_pods(extra)
+    for service in sorted(ctx.observed.services):
+        parsed = naming.parse_replica_name(ctx.job.name, service)
+        if parsed is not None and parsed[1] >= counts.get(parsed[0], 0):
+            ctx.actions.append(DeleteService(service))
+    if extra:
+        ctx.event(
+            NORMAL,
+            naming.REASON_CHILD_DELETED,
+            "deleted out-of-range pod(s): " + ", ".join(sorted(p.name for p in extra)),
+        )
+
+
+def _all_there(ctx: PlanContext) -> bool:
+    """Every replica has a pod (running, pending or still going)."""
+    return all(
+        naming.replica_name(ctx.job.name, t, i) in ctx.pods
+        for t, c in ctx.spec.replica_counts().items()
+        for i in range(c)
+    )
+
+
+def _report_created(ctx: PlanContext, created: str, how_many: int) -> None:
+    """Created once every replica has a pod; one Event per pass (the first pass's
+    creations are the job's creation)."""
+    counts = ctx.spec.replica_counts()
+    flipped = _all_there(ctx) and ctx.condition(
+        naming.CONDITION_CREATED,
+        True,
+        naming.REASON_CREATED,
+        f"{sum(counts.values())} replicas created: {counts[naming.PS]} PS, 1 chief, "
+        f"{counts[naming.WORKER]} worker(s)",
+    )
+    if flipped:
+        ctx.event(NORMAL, naming.REASON_CREATED, f"all replicas created: {created}")
+    elif how_many:
+        ctx.event(NORMAL, naming.REASON_CHILD_CREATED, created)

@@ -1,0 +1,51 @@
+"""``plan_job``: one pass of the planning steps, in order, over one context."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from .. import manifests
+from ..spec import Job
+from . import chief, children, exits, lifecycle, progress, recoveries, stragglers
+from .context import Inputs, Observed, Plan, PlanContext
+from .result import build_plan
+
+# A step reads the context, writes into it and returns True when the pass ends with it.
+Step = Callable[[PlanContext], bool]
+
+STEPS: Final[tuple[Step, ...]] = (
+    children.force_delete_stuck,
+    lifecycle.plan_finished,
+    lifecycle.plan_suspended,
+    lifecycle.start,
+    lifecycle.check_deadline,
+    lifecycle.check_gang_scheduler,
+    exits.handle_exits,
+    chief.check_chief,
+    children.reconcile_children,
+    progress.report_progress,
+    recoveries.report_recovery,
+    stragglers.report_straggler,
+)
+
+
+def plan_job(
+    job: Job,
+    observed: Observed,
+    status: Mapping[str, Any],
+    now: datetime,
+    *,
+    default_image: str = manifests.DEFAULT_IMAGE,
+) -> Plan:
+    """The actions that move the job's children towards its spec, and its new status.
+
+    ``status`` is the job's current ``.status`` (possibly empty); ``now`` is aware;
+    ``default_image`` runs pods whose spec and template name no image.
+    """
+    ctx = PlanContext(Inputs(job, observed, status, now, default_image))
+    for step in STEPS:
+        if step(ctx):
+            break
+    return build_plan(ctx)
