@@ -2,7 +2,7 @@
 
 The digits CNN (``syncreplicas_runtime.models.digits_cnn``, Keras layers) trained by the
 runtime twice per repeat, alternating: fed by the runtime's tf.data input (sharded per
-replica, an iterator positioned from the global step, data.py) and by ``feed(step)`` with
+replica, an iterator positioned from the global step, model/data.py) and by ``feed(step)`` with
 numpy (bench/_inputmodels.py; same shard, same permutation per data epoch). Shape: 1 PS,
 chief + ``--workers`` workers, R = replicas. Steady global steps/s is the median of the
 chief's per-window rates after the first window. Prints a Markdown table. Not a test.

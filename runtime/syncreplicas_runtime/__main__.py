@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING
 
 # Pure and small, and needed at any moment (a SIGTERM during an import): loaded up front.
 from .exitcodes import OK
-from .termination import exit_now, report_exit
+from .process.termination import exit_now, report_exit
 
 if TYPE_CHECKING:
-    from .metrics import RuntimeMetrics
+    from .process.metrics import RuntimeMetrics
 
 
 def main() -> int:
     from . import exitcodes
     from .cluster import STEP_DELAY_ENV, ConfigError, parse_config
-    from .exits import Exit
+    from .process.exits import Exit
 
     started = time.monotonic()
     try:
@@ -35,7 +35,7 @@ def main() -> int:
     except ValueError:
         return fail(exitcodes.CONFIG, f"bad configuration: {STEP_DELAY_ENV}: "
                     "must be a number of milliseconds or @FILE")
-    from .metrics import RuntimeMetrics, serve
+    from .process.metrics import RuntimeMetrics, serve
 
     metrics = RuntimeMetrics()
     # Nothing to save: stop at once, saying so. The chief replaces this once it has variables
@@ -56,16 +56,16 @@ def main() -> int:
 
     tf.compat.v1.disable_eager_execution()
     tf.get_logger().setLevel("ERROR")  # deprecation notices of the v1 API we use on purpose
-    from .chief import run_chief
-    from .context import Context
-    from .worker import run_worker
+    from .process.context import Context
+    from .replica.chief import run_chief
+    from .replica.worker import run_worker
 
     imported = time.monotonic()
     model_fn = None
-    # PS 0 builds the training graph too: it runs the sync loop (coordinator.py).
+    # PS 0 builds the training graph too: it runs the sync loop (ps/coordinator.py).
     if cfg.role != "ps" or cfg.index == 0:
-        from .graph import build_training_graph
-        from .model import ModelError, load_entrypoint
+        from .graph.training import build_training_graph
+        from .model.contract import ModelError, load_entrypoint
 
         try:
             model_fn = load_entrypoint(cfg.model.entrypoint)
@@ -74,7 +74,7 @@ def main() -> int:
         except ModelError as err:
             return fail(exitcodes.MODEL, str(err))
     try:
-        from .session import start_server
+        from .process.sessions import start_server
 
         server = start_server(cfg)
     except Exception as err:  # e.g. the port is taken: transient on a shared node
@@ -88,7 +88,7 @@ def main() -> int:
             f"ps={cfg.parameter_servers}) at unix time {time.time():.3f}")
     try:
         if cfg.role == "ps":
-            from .ps import run_ps
+            from .ps.serving import run_ps
 
             code = run_ps(ctx)
         elif cfg.role == "chief":

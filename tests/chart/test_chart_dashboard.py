@@ -34,7 +34,7 @@ from chartlib import (
 from prometheus_client import CollectorRegistry, start_http_server
 from syncreplicas_operator.core import naming
 from syncreplicas_operator.resources.metrics import OperatorMetrics
-from syncreplicas_runtime.metrics import RuntimeMetrics
+from syncreplicas_runtime.process.metrics import RuntimeMetrics
 
 from tests.support.tfcluster import LocalCluster, free_port, metric_value, start_cluster
 

@@ -205,8 +205,8 @@ def ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ended:
 
 def replica(**changes: object) -> Any:
     """A chief's process context with no server: enough for the code that ends it."""
-    from syncreplicas_runtime.context import Context
-    from syncreplicas_runtime.metrics import RuntimeMetrics
+    from syncreplicas_runtime.process.context import Context
+    from syncreplicas_runtime.process.metrics import RuntimeMetrics
 
     cfg = parse_config({"TF_CONFIG": tf_config(), "SYNCREPLICAS_JOB": job(**changes)})
     return Context(cfg=cfg, server=None, metrics=RuntimeMetrics(), readiness=None,
@@ -214,7 +214,7 @@ def replica(**changes: object) -> Any:
 
 
 def test_the_watchdog_leaves_its_exit_line_and_step(ended: Ended) -> None:
-    from syncreplicas_runtime.context import start_watchdog
+    from syncreplicas_runtime.process.context import start_watchdog
 
     ctx = replica(training__chiefLostTimeoutSeconds=1)
     ctx.metrics.global_step.set(17)
@@ -233,7 +233,7 @@ def test_the_watchdog_leaves_its_exit_line_and_step(ended: Ended) -> None:
 def test_the_chiefs_sigterm_checkpoint_leaves_its_exit_line_and_step(
     ended: Ended, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, in_epoch: bool, message: str
 ) -> None:
-    from syncreplicas_runtime import chief
+    from syncreplicas_runtime.replica import chief
 
     ctx = replica(training__checkpointDir=str(tmp_path / "ckpt"))
     ctx.metrics.global_step.set(38)
@@ -256,8 +256,8 @@ def test_a_chief_restarted_after_training_ended_reports_the_step(
 ) -> None:
     """PS 0 says DONE before the chief ran a step: its exit still carries the global step."""
     from syncreplicas_runtime.__main__ import fail, seen_step, succeed
-    from syncreplicas_runtime.chief import finished_before
-    from syncreplicas_runtime.exits import Exit
+    from syncreplicas_runtime.process.exits import Exit
+    from syncreplicas_runtime.replica.chief import finished_before
 
     ctx = replica(training__maxSteps=30)
     try:

@@ -1,4 +1,4 @@
-"""tf.data input (data.py): shards, data epochs, and the batch as a pure function of
+"""tf.data input (model/data.py): shards, data epochs, and the batch as a pure function of
 (seed, replica, global step), whatever order the steps come in. In-process, local sessions."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
 
 from syncreplicas_runtime import exitcodes  # noqa: E402
-from syncreplicas_runtime.data import DatasetInput  # noqa: E402
-from syncreplicas_runtime.exits import Exit  # noqa: E402
+from syncreplicas_runtime.model.data import DatasetInput  # noqa: E402
+from syncreplicas_runtime.process.exits import Exit  # noqa: E402
 
 N, REPLICAS, BATCH, SEED = 103, 3, 8, 5  # shards of 35, 34, 34 examples: P = 4 batches each
 
@@ -27,7 +27,7 @@ class Replica:
     def __init__(self, replica: int, dataset=None) -> None:
         self.graph = tf.Graph()
         with self.graph.as_default():
-            v1.set_random_seed(SEED)  # graph.py sets the job's seed on every graph
+            v1.set_random_seed(SEED)  # graph/training.py sets the job's seed on every graph
             ds = dataset() if dataset else tf.data.Dataset.range(N)
             self.input = DatasetInput(ds, replica=replica, num_replicas=REPLICAS,
                                       batch_size=BATCH, seed=SEED)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from syncreplicas_runtime.coordinator import (
+from syncreplicas_runtime.ps.coordinator import (
     SILENCE_FLOOR_SECONDS,
     SILENCE_UPDATES,
     effective_r,

@@ -57,9 +57,9 @@ def logged_batches(path: Path) -> list[tuple[int, int, int, list[int]]]:
 
 
 def expected_batches(log_dir: str, steps: int) -> dict[int, list[list[int]]]:
-    """Each replica's example ids at global steps 0..steps-1, from data.py in this process."""
+    """Each replica's example ids at global steps 0..steps-1, from model/data.py in this process."""
     import tensorflow as tf
-    from syncreplicas_runtime.data import DatasetInput
+    from syncreplicas_runtime.model.data import DatasetInput
 
     from tests.runtime import kerasmodels
 
@@ -81,8 +81,8 @@ def expected_batches(log_dir: str, steps: int) -> dict[int, list[list[int]]]:
 def reference_sgd(steps: int) -> tuple[dict[str, np.ndarray], float]:
     """One process, the same Keras model and seeds, SGD on both replicas' batches of a step."""
     import tensorflow as tf
-    from syncreplicas_runtime.data import DatasetInput
-    from syncreplicas_runtime.keras_names import stable_names
+    from syncreplicas_runtime.model.data import DatasetInput
+    from syncreplicas_runtime.model.keras_names import stable_names
 
     from examples.port import after
 

@@ -16,11 +16,12 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
 
-from syncreplicas_runtime import graph as G  # noqa: E402
 from syncreplicas_runtime.cluster import parse_config  # noqa: E402
-from syncreplicas_runtime.keras_names import COUNTERS, stable_names  # noqa: E402
-from syncreplicas_runtime.model import load_entrypoint  # noqa: E402
-from syncreplicas_runtime.session import restore_or_initialize, session_config  # noqa: E402
+from syncreplicas_runtime.graph import training as G  # noqa: E402
+from syncreplicas_runtime.model.contract import load_entrypoint  # noqa: E402
+from syncreplicas_runtime.model.keras_names import COUNTERS, stable_names  # noqa: E402
+from syncreplicas_runtime.process.sessions import session_config  # noqa: E402
+from syncreplicas_runtime.state.checkpoints import restore_or_initialize  # noqa: E402
 
 from tests.support.tfcluster import free_port  # noqa: E402
 
@@ -31,7 +32,7 @@ def graph_mode() -> None:
 
 
 def test_keras_names_layers_from_the_global_counters_stable_names_swaps() -> None:
-    """Fails if Keras changes how it uniquifies names (keras_names.py must then change)."""
+    """Fails if Keras changes how it uniquifies names (model/keras_names.py must then change)."""
     import keras
     from keras.src.backend.common import global_state
 

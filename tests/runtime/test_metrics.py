@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from syncreplicas_runtime.metrics import RuntimeMetrics, serve
+from syncreplicas_runtime.process.metrics import RuntimeMetrics, serve
 
 from tests.runtime.rtutil import linear_job, runtime_env
 from tests.support.tfcluster import metric_value, start_cluster

@@ -110,9 +110,9 @@ class LocalTrainer:
 
     def __init__(self, target: str, optimizer: str, packed: bool) -> None:
         import tensorflow as tf
-        from syncreplicas_runtime.graph import make_optimizer
-        from syncreplicas_runtime.model import build_model
-        from syncreplicas_runtime.packing import local_model_variables, pack
+        from syncreplicas_runtime.graph.packing import local_model_variables, pack
+        from syncreplicas_runtime.graph.training import make_optimizer
+        from syncreplicas_runtime.model.contract import build_model
 
         from tests.runtime import packmodels
 
@@ -192,8 +192,8 @@ def training_graph(job: dict[str, Any], role: str) -> Any:
     one worker (nothing listens at the addresses: only the graph is built)."""
     import tensorflow as tf
     from syncreplicas_runtime.cluster import parse_config
-    from syncreplicas_runtime.graph import build_training_graph
-    from syncreplicas_runtime.model import load_entrypoint
+    from syncreplicas_runtime.graph.training import build_training_graph
+    from syncreplicas_runtime.model.contract import load_entrypoint
 
     tf.compat.v1.disable_eager_execution()
     env = {"TF_CONFIG": json.dumps({"cluster": {

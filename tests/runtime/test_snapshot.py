@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from syncreplicas_runtime.snapshot import checkpoint_step, choose_source, consistent, due
+from syncreplicas_runtime.state.snapshots import checkpoint_step, choose_source, consistent, due
 
 from tests.runtime.rtutil import linear_job, runtime_env
 from tests.runtime.test_training import reference_sgd

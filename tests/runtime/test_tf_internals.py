@@ -13,11 +13,12 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
 
-from syncreplicas_runtime import graph as G  # noqa: E402
-from syncreplicas_runtime import names  # noqa: E402
 from syncreplicas_runtime.cluster import parse_config  # noqa: E402
-from syncreplicas_runtime.model import ModelError, load_entrypoint  # noqa: E402
-from syncreplicas_runtime.names import container_name  # noqa: E402
+from syncreplicas_runtime.graph import training as G  # noqa: E402
+from syncreplicas_runtime.model.contract import ModelError, load_entrypoint  # noqa: E402
+from syncreplicas_runtime.sync import names  # noqa: E402
+from syncreplicas_runtime.sync.names import container_name  # noqa: E402
+from syncreplicas_runtime.sync.protocol import token_queue  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -101,8 +102,8 @@ def test_epoch_containers_isolate_queues() -> None:
     server = tf.distribute.Server({"ps": [f"127.0.0.1:{free_port()}"]}, job_name="ps",
                                   task_index=0)
     with tf.Graph().as_default(), v1.Session(server.target) as sess:
-        a = G.token_queue(0, epoch=1)
-        b = G.token_queue(0, epoch=2)
+        a = token_queue(0, epoch=1)
+        b = token_queue(0, epoch=2)
         sess.run(a.enqueue_many([[5, 6]]))
         assert sess.run([a.size(), b.size()]) == [2, 0]
         sess.run(a.close(cancel_pending_enqueues=True))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from syncreplicas_operator.core import metricnames, metricstext
-from syncreplicas_runtime.metrics import RuntimeMetrics
 from syncreplicas_runtime.phases import ReplicaPhase
+from syncreplicas_runtime.process.metrics import RuntimeMetrics
 
 READ_BY_THE_OPERATOR = sorted(
     value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from syncreplicas_runtime.packplan import (
+from syncreplicas_runtime.graph.packplan import (
     Placement,
     VariableInfo,
     balance_by_bytes,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from syncreplicas_operator.core import status as op
 from syncreplicas_runtime import exitcodes as rt
-from syncreplicas_runtime import termination
+from syncreplicas_runtime.process import termination
 
 
 @pytest.mark.parametrize(

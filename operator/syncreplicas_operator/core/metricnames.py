@@ -1,6 +1,6 @@
 """The runtime's metric names that the operator and the local runner read.
 
-The runtime defines these metrics (``syncreplicas_runtime.metrics.RuntimeMetrics``); a unit
+The runtime defines these metrics (``syncreplicas_runtime.process.metrics.RuntimeMetrics``); a unit
 test checks that every name here is one the runtime exports, so a rename there fails a test
 instead of silently blanking a status field, the live view or the report.
 """

@@ -5,9 +5,10 @@ State kept in PS variables outside every sync epoch (read and written by short p
 per training step):
 
 - ``epoch``: id of the current sync epoch (random, nonzero; names the PS container);
-- ``phase``: a :class:`~.phases.Phase`, RESETTING (PS 0 opened the epoch; the chief keeps,
-  restores or initializes the variables) -> GATHERING (variables ready, set by the chief;
-  replicas join) -> RUNNING (PS 0 opened the start gate) -> DONE (PS 0, at maxSteps);
+- ``phase``: a :class:`~syncreplicas_runtime.phases.Phase`, RESETTING (PS 0 opened the
+  epoch; the chief keeps, restores or initializes the variables) -> GATHERING (variables
+  ready, set by the chief; replicas join) -> RUNNING (PS 0 opened the start gate) -> DONE
+  (PS 0, at maxSteps);
 - ``ready[r]``: the epoch replica r has joined (chief = 0, worker i = 1 + i);
 - ``done[r]``: 1 once replica r saw the end of training (the chief: after its last checkpoint);
 - one "done" queue per PS: the PS process blocks on it and exits 0 when PS 0 fills it.
@@ -27,17 +28,30 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from ..cluster import ClusterConfig
+from ..phases import Phase
+from ..process.sessions import session_config
 from . import names
-from .cluster import ClusterConfig
-from .graph import token_queue
-from .phases import Phase
-from .session import session_config
 
 v1 = tf.compat.v1
 
 # Errors that mean "a peer is not there (yet)": retried within a bounded wait.
 PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                tf.errors.AbortedError, tf.errors.CancelledError)
+# How often a wait on the protocol's state polls it (seconds).
+POLL = 0.02
+# In an epoch opened on a running job a replica may wait this much longer than its own
+# timeouts for the gate (PS 0 waits up to this long for replicas that are restarting).
+REJOIN_GATE_SECONDS = 15.0
+TOKEN_DTYPE = tf.int64
+
+
+def token_queue(replica: int, epoch: int) -> Any:
+    """The token queue of ``replica`` in ``epoch`` (same attributes wherever it is built)."""
+    with tf.device(names.SYNC_STATE_DEVICE), v1.container(names.container_name(epoch)):
+        return v1.FIFOQueue(-1, TOKEN_DTYPE, shapes=[()],
+                            shared_name=names.token_queue_name(replica),
+                            name=names.token_queue_name(replica))
 
 
 def ps_done_queue(ps_index: int) -> Any:

@@ -7,14 +7,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from . import exitcodes
-from .cluster import ClusterConfig
-from .exits import Exit
-from .graph import TrainingGraph, build_training_graph
+from .. import exitcodes
+from ..cluster import ClusterConfig
+from ..phases import ReplicaPhase
 from .metrics import RuntimeMetrics
-from .model import ModelError
-from .phases import ReplicaPhase
-from .snapshot import SnapshotStore
 from .termination import exit_now
 
 
@@ -34,13 +30,13 @@ class Context:
     last_progress: float = field(default_factory=time.monotonic)
     watchdog_armed: bool = False
     local_steps: int = 0
-    # The chief's current epoch, for a graceful stop from the SIGTERM thread.
+    # The chief's current epoch (its session and TrainingGraph), for a graceful stop from the
+    # SIGTERM thread.
     session: Any = None
-    graph: TrainingGraph | None = None
+    graph: Any = None
     last_checkpoint: int = -1
     stopping: bool = False
     start_counted: bool = False  # the chief counted this process in ``chief_starts``
-    snapshots: SnapshotStore = field(default_factory=SnapshotStore)  # the chief's
 
     def log(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S", time.gmtime())
@@ -59,16 +55,6 @@ class Context:
 
     def progress(self) -> None:
         self.last_progress = time.monotonic()
-
-    def build_graph(self, epoch: int) -> TrainingGraph:
-        """This replica's training graph for ``epoch``; a broken model ends the process (65)."""
-        try:
-            training = build_training_graph(self.cfg, self.model_fn, epoch)
-        except ModelError as err:
-            raise Exit(exitcodes.MODEL, str(err)) from err
-        if training.packing is not None:
-            self.log(training.packing.describe())
-        return training
 
     def set_ready(self, ready: bool) -> None:
         """Readiness for /readyz and the ``syncreplicas_ready`` gauge, always together; a

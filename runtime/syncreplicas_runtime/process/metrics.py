@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from .phases import ReplicaPhase
+from ..phases import ReplicaPhase
 
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 STALENESS_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50)

@@ -1,57 +1,17 @@
-"""Servers, sessions, checkpoint/restore: the TensorFlow plumbing around one replica."""
+"""Checkpoints of the variables on the parameter servers, and bringing them to a consistent
+state when an epoch is reset: keep, restore (snapshot or checkpoint) or initialize."""
 
 from __future__ import annotations
 
 import os
-import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tensorflow as tf
 
-from .cluster import ClusterConfig
-from .snapshot import Snapshot, checkpoint_step, choose_source, restore_snapshot
-
-if TYPE_CHECKING:  # graph.py builds on this module's cluster_spec
-    from .graph import TrainingGraph
+from ..graph.training import TrainingGraph
+from .snapshots import Snapshot, checkpoint_step, choose_source, restore_snapshot
 
 v1 = tf.compat.v1
-
-
-def cluster_spec(cfg: ClusterConfig) -> Any:
-    """The tasks this replica was told about (every PS, the chief, maybe only itself)."""
-    return tf.train.ClusterSpec({k: dict(v) for k, v in cfg.cluster.items() if v})
-
-
-def session_config(cfg: ClusterConfig) -> Any:
-    """Only the PS and this task: no waiting for (or routing through) the other replicas.
-
-    A PS sees only itself. Without these filters a session waits for every task in the
-    cluster spec, which is what makes stock workers sleep 30 s before their first step.
-    """
-    if cfg.role == "ps":
-        return v1.ConfigProto(device_filters=[cfg.device])
-    return v1.ConfigProto(device_filters=["/job:ps", cfg.device])
-
-
-def coordinator_session_config() -> Any:
-    """PS 0's sync loop: every PS (an update writes variables on each), no replica."""
-    return v1.ConfigProto(device_filters=["/job:ps"])
-
-
-def start_server(cfg: ClusterConfig) -> Any:
-    """This process's gRPC server, bound to its own address's port on all interfaces."""
-    return tf.distribute.Server(cluster_spec(cfg), job_name=cfg.role, task_index=cfg.index,
-                                config=session_config(cfg), start=True)
-
-
-def open_session(cfg: ClusterConfig, target: str, graph: Any, config: Any = None) -> Any:
-    return v1.Session(target, graph=graph,
-                      config=config if config is not None else session_config(cfg))
-
-
-def close_quietly(session: Any) -> None:
-    """Close a session without waiting: a run blocked on a dead PS must not block us."""
-    threading.Thread(target=session.close, name="session-close", daemon=True).start()
 
 
 def checkpoint_prefix(directory: str) -> str:

@@ -14,12 +14,12 @@ own run). A replica is live when it pushed since the last update (it waits on th
 within the silence limit: ``max(SILENCE_FLOOR_SECONDS, SILENCE_UPDATES x`` the median
 interval of the last updates``)``, so a slow model is not declared dead while it computes.
 Live replicas are counted in gradients: each brings its share of ``max(replicas, R)``
-(``graph.tokens_per_replica``), 1 when there are backups. The update then aggregates
+(``graph.training.tokens_per_replica``), 1 when there are backups. The update then aggregates
 
     R_eff = clamp(live gradients, minReplicasToAggregate, replicasToAggregate)
 
 An update is started only once every accumulator holds R_eff gradients, so no take ever
-blocks with a stale count or is cancelled half-way (graph.py). Between updates the loop
+blocks with a stale count or is cancelled half-way (graph/training.py). Between updates the loop
 waits on the epoch's push queue, TICK_SECONDS at most, so a lost replica is noticed while
 every other one is blocked.
 """
@@ -36,15 +36,20 @@ from typing import Any
 
 import tensorflow as tf
 
-from . import exitcodes
-from .context import Context
-from .control import PEER_ERRORS, SyncProtocol, new_epoch_id
-from .exits import Exit
-from .graph import TrainingGraph, tokens_per_replica
-from .phases import Phase
-from .session import close_quietly, coordinator_session_config, open_session
-from .snapshot import settle_seqlock
-from .steploop import POLL, REJOIN_GATE_SECONDS
+from .. import exitcodes
+from ..graph.seqlock import settle_seqlock
+from ..graph.training import TrainingGraph, build_epoch_graph, tokens_per_replica
+from ..phases import Phase
+from ..process.context import Context
+from ..process.exits import Exit
+from ..process.sessions import close_quietly, coordinator_session_config, open_session
+from ..sync.protocol import (
+    PEER_ERRORS,
+    POLL,
+    REJOIN_GATE_SECONDS,
+    SyncProtocol,
+    new_epoch_id,
+)
 
 TICK_SECONDS = 0.25
 WATCH_SECONDS = 0.5
@@ -206,7 +211,7 @@ def run_sync_epochs(ctx: Context) -> None:
 def sync_epoch(ctx: Context, protocol: SyncProtocol, first: bool) -> str:
     """Open a sync epoch, run it; returns "done" or why it ended."""
     cfg = ctx.cfg
-    training = ctx.build_graph(new_epoch_id())
+    training = build_epoch_graph(ctx, new_epoch_id())
     epoch = training.epoch
     state = protocol.state()
     protocol.init_if_needed()

@@ -19,8 +19,8 @@ every variable is from the same global step and none holds half of an update. Ot
 is read again at once (an update takes milliseconds). The reads are resource-variable reads,
 which copy on a concurrent write, so a value fetched is the value read. An update that
 failed half-way (a PS lost mid-update) leaves the counter odd, and every read is then
-refused until PS 0 opens the next sync epoch and rounds it up to even (``settle``), after
-the chief has restored the variables.
+refused until PS 0 opens the next sync epoch and rounds it up to even (``settle``, in
+graph/seqlock.py with the counter), after the chief has restored the variables.
 
 The chief restores nothing while it snapshots: its snapshot thread belongs to one sync epoch
 and its store refuses a copy begun under an earlier generation (``SnapshotStore.begin``), so
@@ -33,16 +33,14 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from .names import SNAPSHOT_SEQ_VARIABLE, SYNC_STATE_DEVICE
-
-if TYPE_CHECKING:  # graph.py builds the seqlock with this module
-    from .context import Context
-    from .graph import TrainingGraph
+from ..graph.training import TrainingGraph
+from ..process.context import Context
+from ..sync.names import SYNC_STATE_DEVICE
 
 v1 = tf.compat.v1
 
@@ -119,44 +117,7 @@ class SnapshotStore:
             return self._latest
 
 
-# -- graph pieces ------------------------------------------------------------------------------
-
-@dataclass
-class SeqLock:
-    """The update counter on PS 0 (outside checkpoints and global_variables)."""
-
-    counter: Any
-    is_initialized: Any
-    settle: Any          # round an odd count (an update that failed half-way) up to even
-
-
-def add_seqlock(take_ops: list[Any], update_op: Any, sync_op: Any) -> SeqLock:
-    """Make every run of ``sync_op`` count +1 before its first take and +1 after the update.
-
-    Built in the training graph (graph.py), under its ``as_default()``.
-    """
-    with tf.device(SYNC_STATE_DEVICE):
-        counter = v1.get_variable(SNAPSHOT_SEQ_VARIABLE, [], tf.int64,
-                                  initializer=v1.zeros_initializer(), trainable=False,
-                                  collections=[], use_resource=True)
-        begin = counter.assign_add(1, read_value=False)
-        for op in take_ops:  # the update's first ops: every apply needs a taken gradient
-            op._add_control_input(begin)
-        with tf.control_dependencies([update_op]):
-            end = counter.assign_add(1, read_value=False)
-        sync_op._add_control_input(end)
-        settle = counter.assign_add(tf.math.floormod(counter.read_value(), 2),
-                                    read_value=False)
-        return SeqLock(counter=counter, is_initialized=v1.is_variable_initialized(counter),
-                       settle=settle)
-
-
-def settle_seqlock(sess: Any, seqlock: SeqLock) -> None:
-    """PS 0, when it opens an epoch, before the sync loop runs: a usable, even counter."""
-    if not sess.run(seqlock.is_initialized):
-        sess.run(seqlock.counter.initializer)
-    sess.run(seqlock.settle)
-
+# -- reading and restoring ---------------------------------------------------------------------
 
 @dataclass
 class ReadOps:
@@ -202,12 +163,13 @@ def restore_snapshot(sess: Any, training: TrainingGraph, snapshot: Snapshot) -> 
 class Snapshotter:
     """A snapshot every ``snapshotEverySteps`` global steps, for the chief's current epoch."""
 
-    def __init__(self, ctx: Context, sess: Any, training: TrainingGraph, step: int) -> None:
-        self.ctx, self.sess = ctx, sess
+    def __init__(self, ctx: Context, store: SnapshotStore, sess: Any, training: TrainingGraph,
+                 step: int) -> None:
+        self.ctx, self.store, self.sess = ctx, store, sess
         self.every = ctx.cfg.training.snapshot_every_steps
         self.read = build_read(training)
         self.step_name = training.global_step.op.name
-        self.generation = ctx.snapshots.begin()
+        self.generation = store.begin()
         self.last = step
         self.wake = threading.Event()
         self.stopped = threading.Event()
@@ -225,7 +187,7 @@ class Snapshotter:
         """Leaving the epoch: a read still under way is refused by the store."""
         self.stopped.set()
         self.wake.set()
-        self.ctx.snapshots.invalidate()
+        self.store.invalidate()
 
     def run(self) -> None:
         while True:
@@ -248,7 +210,7 @@ class Snapshotter:
                 return  # a PS lost or not restored yet: the epoch ends, or the next one works
             if consistent(int(out["before"]), int(out["after"])):
                 step = int(out["values"][self.step_name])
-                if self.ctx.snapshots.offer(self.generation, Snapshot(step, out["values"])):
+                if self.store.offer(self.generation, Snapshot(step, out["values"])):
                     self.ctx.metrics.snapshot_step.set(step)
                 return
             time.sleep(0)  # let the update finish

@@ -21,7 +21,7 @@ AGGREGATE_VARIABLE = "syncreplicas/replicas_to_aggregate"
 HEARTBEAT_VARIABLE = "syncreplicas/heartbeat"
 # Per replica: the global step its last accepted push was tagged with (-1: none this epoch).
 PUSHED_STEP_VARIABLE = "syncreplicas/pushed_step"
-# Counts the halves of every update (odd while one is applied): snapshot.py's seqlock.
+# Counts the halves of every update (odd while one is applied): graph/seqlock.py.
 SNAPSHOT_SEQ_VARIABLE = "syncreplicas/update_seq"
 GLOBAL_STEP_VARIABLE = "global_step"
 

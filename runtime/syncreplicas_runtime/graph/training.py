@@ -15,7 +15,7 @@ global step read right after the token is taken, so leftover tokens cannot smugg
 step past the accumulators' staleness check.
 
 Elastic R: the optimizer's update takes its number of gradients from a variable on PS 0,
-not from a graph constant, so the coordinator (coordinator.py) can lower it while replicas
+not from a graph constant, so the coordinator (ps/coordinator.py) can lower it while replicas
 are lost and raise it when they return. Each push also stamps the replica's heartbeat (PS 0
 clock) and enqueues one entry on the epoch's push queue, in the step's own run. A take that
 is already blocking keeps the count it started with, and cancelling a take over several
@@ -32,9 +32,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from .cluster import ClusterConfig
-from .model import BuiltModel, build_model
-from .names import (
+from .. import exitcodes
+from ..cluster import ClusterConfig
+from ..model.contract import BuiltModel, ModelError, build_model
+from ..process.context import Context
+from ..process.exits import Exit
+from ..process.sessions import cluster_spec
+from ..sync.names import (
     AGGREGATE_VARIABLE,
     CHIEF_STARTS_VARIABLE,
     HEARTBEAT_VARIABLE,
@@ -42,22 +46,12 @@ from .names import (
     SYNC_STATE_DEVICE,
     container_name,
     push_queue_name,
-    token_queue_name,
 )
+from ..sync.protocol import token_queue
 from .packing import Packing, local_model_variables, pack
-from .session import cluster_spec
-from .snapshot import SeqLock, add_seqlock
+from .seqlock import SeqLock, add_seqlock
 
 v1 = tf.compat.v1
-
-TOKEN_DTYPE = tf.int64
-
-
-def token_queue(replica: int, epoch: int) -> Any:
-    """The token queue of ``replica`` in ``epoch`` (same attributes wherever it is built)."""
-    with tf.device(SYNC_STATE_DEVICE), v1.container(container_name(epoch)):
-        return v1.FIFOQueue(-1, TOKEN_DTYPE, shapes=[()], shared_name=token_queue_name(replica),
-                            name=token_queue_name(replica))
 
 
 def push_queue(epoch: int) -> Any:
@@ -158,7 +152,7 @@ class TrainingGraph:
     depth: Any                        # sum of token queue sizes
     pending: Any                      # gradients accumulated towards the next update
     elastic: ElasticOps
-    seqlock: SeqLock | None           # with snapshots: the update counter (snapshot.py)
+    seqlock: SeqLock | None           # with snapshots: the update counter (seqlock.py)
     report_uninitialized: Any
     saver: Any
     epoch: int
@@ -259,7 +253,7 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         # Rejoining a running epoch: an earlier process of this replica may have pushed its
         # gradient for the current step and died waiting for the token. That gradient is
         # in the accumulators; pushing the same step again would count this replica twice
-        # in one update. The rejoiner then only takes its token (steploop.py).
+        # in one update. The rejoiner then only takes its token (replica/steploop.py).
         with tf.device(SYNC_STATE_DEVICE):
             already = {"pushed": pushed_step.read_value()[replica],
                        "global_step": global_step.read_value()}
@@ -319,7 +313,7 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             elastic = ElasticOps(init=init, set_r=aggregate.assign(r_value, read_value=False),
                                  r_value=r_value, read=read, wait_and_read=wait_and_read,
                                  updated_at=updated_at)
-        # Snapshots (snapshot.py): every update counts itself on PS 0, before and after.
+        # Snapshots (state/snapshots.py): every update counts itself on PS 0, before and after.
         seqlock = (add_seqlock(take_ops(sync_opt), update_op, sync_op)
                    if t.snapshot_every_steps else None)
         saver = report = None
@@ -345,3 +339,14 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         seqlock=seqlock,
         report_uninitialized=report, saver=saver, epoch=epoch, packing=packing,
         already_pushed=already, skip=skip)
+
+
+def build_epoch_graph(ctx: Context, epoch: int) -> TrainingGraph:
+    """This replica's training graph for ``epoch``; a broken model ends the process (65)."""
+    try:
+        training = build_training_graph(ctx.cfg, ctx.model_fn, epoch)
+    except ModelError as err:
+        raise Exit(exitcodes.MODEL, str(err)) from err
+    if training.packing is not None:
+        ctx.log(training.packing.describe())
+    return training

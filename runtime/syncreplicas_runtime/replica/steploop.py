@@ -5,17 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import exitcodes
-from .context import Context
-from .control import SyncProtocol
-from .exits import Exit
-from .graph import TrainingGraph
-from .phases import Phase
-
-POLL = 0.02
-# In an epoch opened on a running job a replica may wait this much longer than its own
-# timeouts for the gate (PS 0 waits up to this long for replicas that are restarting).
-REJOIN_GATE_SECONDS = 15.0
+from .. import exitcodes
+from ..graph.training import TrainingGraph
+from ..phases import Phase
+from ..process.context import Context
+from ..process.exits import Exit
+from ..sync.protocol import POLL, REJOIN_GATE_SECONDS, SyncProtocol
 
 
 class EpochEnded(Exception):

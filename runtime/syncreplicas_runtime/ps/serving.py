@@ -8,12 +8,12 @@ import time
 
 import tensorflow as tf
 
-from . import exitcodes
-from .context import Context
-from .control import ps_done_queue
+from .. import exitcodes
+from ..phases import ReplicaPhase
+from ..process.context import Context
+from ..process.sessions import open_session
+from ..sync.protocol import ps_done_queue
 from .coordinator import serve_sync_epochs
-from .phases import ReplicaPhase
-from .session import open_session
 
 v1 = tf.compat.v1
 

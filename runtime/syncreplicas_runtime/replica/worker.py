@@ -6,13 +6,14 @@ import time
 
 import tensorflow as tf
 
-from . import exitcodes
-from .context import Context, start_watchdog
-from .control import PEER_ERRORS, SyncProtocol, SyncState
-from .exits import Exit
-from .phases import Phase, ReplicaPhase
-from .session import close_quietly, open_session
-from .steploop import POLL, EpochEnded, StepLoop, wait_for_phase
+from .. import exitcodes
+from ..graph.training import build_epoch_graph
+from ..phases import Phase, ReplicaPhase
+from ..process.context import Context, start_watchdog
+from ..process.exits import Exit
+from ..process.sessions import close_quietly, open_session
+from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, SyncState
+from .steploop import EpochEnded, StepLoop, wait_for_phase
 
 
 def run_worker(ctx: Context) -> int:
@@ -71,7 +72,7 @@ def wait_for_epoch(ctx: Context, protocol: SyncProtocol, left: int | None,
 def train_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
     """Train in ``epoch`` until it ends; returns "done" or why the epoch ended."""
     cfg = ctx.cfg
-    training = ctx.build_graph(epoch)
+    training = build_epoch_graph(ctx, epoch)
     sess = open_session(cfg, ctx.server.target, training.graph)
     try:
         wait_for_phase(ctx, protocol, epoch, Phase.GATHERING)  # the chief restored variables

@@ -1,7 +1,7 @@
 """The chief replica: it trains like any replica and alone keeps, restores or initializes
 the variables, writes checkpoints and evaluates.
 
-PS 0 runs the sync epochs (coordinator.py). A chief that starts, or comes back after a
+PS 0 runs the sync epochs (ps/coordinator.py). A chief that starts, or comes back after a
 crash, joins the epoch PS 0 is running, like a worker: no other replica notices beyond the
 gradients it did not push. Only in an epoch still being reset (PS 0 just opened it: a new
 job or a lost PS) does the chief bring the variables to a consistent state and then tell
@@ -19,15 +19,16 @@ from typing import Any
 
 import tensorflow as tf
 
-from . import exitcodes
-from .context import Context
-from .control import PEER_ERRORS, SyncProtocol
-from .exits import Exit
-from .graph import TrainingGraph
-from .phases import Phase, ReplicaPhase
-from .session import close_quietly, open_session, restore_or_initialize, save_checkpoint
-from .snapshot import Snapshotter
-from .steploop import POLL, EpochEnded, StepLoop, wait_for_phase
+from .. import exitcodes
+from ..graph.training import TrainingGraph, build_epoch_graph
+from ..phases import Phase, ReplicaPhase
+from ..process.context import Context
+from ..process.exits import Exit
+from ..process.sessions import close_quietly, open_session
+from ..state.checkpoints import restore_or_initialize, save_checkpoint
+from ..state.snapshots import SnapshotStore, Snapshotter
+from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol
+from .steploop import EpochEnded, StepLoop, wait_for_phase
 from .worker import wait_for_epoch
 
 FINISH_WAIT_SECONDS = 30.0
@@ -45,6 +46,7 @@ def run_chief(ctx: Context) -> int:
                    f"{cfg.training.startup_timeout_seconds:.0f}s: {type(err).__name__}") from err
     ctx.set_phase(ReplicaPhase.GATHERING)
     signal.signal(signal.SIGTERM, lambda *_: graceful_stop(ctx))
+    store = SnapshotStore()  # the freshest snapshot, kept across this process's sync epochs
     first = True
     left: int | None = None
     while True:
@@ -57,7 +59,7 @@ def run_chief(ctx: Context) -> int:
             return finished_before(ctx, state.global_step)
         epoch = state.epoch
         try:
-            result = chief_epoch(ctx, protocol, epoch)
+            result = chief_epoch(ctx, protocol, epoch, store)
         except EpochEnded as why:  # "done": PS 0 ended training after an earlier last checkpoint
             result = "training ended" if str(why) == "done" else str(why)
         except PEER_ERRORS as err:
@@ -89,15 +91,15 @@ def finished_before(ctx: Context, global_step: int | None) -> int:
     return exitcodes.OK
 
 
-def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
+def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, store: SnapshotStore) -> str:
     """Join ``epoch`` (resetting it first if PS 0 waits for that) and train; returns "done"
-    or why the epoch ended."""
+    or why the epoch ended. ``store`` holds the freshest snapshot of this process."""
     cfg, m = ctx.cfg, ctx.metrics
-    training = ctx.build_graph(epoch)
+    training = build_epoch_graph(ctx, epoch)
     sess = open_session(cfg, ctx.server.target, training.graph)
     snapshots = None
     try:
-        how, step = keep_or_restore(ctx, protocol, sess, training, epoch)
+        how, step = keep_or_restore(ctx, protocol, sess, training, epoch, store)
         if not ctx.start_counted:  # once per process, once the variables are there
             ctx.start_counted = True
             starts = int(sess.run(training.bump_chief_starts))
@@ -118,7 +120,7 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
         ctx.log(f"training in sync epoch {epoch:x} from global step {step} "
                 f"at unix time {time.time():.3f}")
         if cfg.training.snapshot_every_steps:
-            snapshots = Snapshotter(ctx, sess, training, step)
+            snapshots = Snapshotter(ctx, store, sess, training, step)
         return train(ctx, protocol, sess, training, step, snapshots)
     except tf.errors.OutOfRangeError as err:
         if ctx.stopping:
@@ -141,7 +143,7 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
 
 
 def keep_or_restore(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGraph,
-                    epoch: int) -> tuple[str, int]:
+                    epoch: int, store: SnapshotStore) -> tuple[str, int]:
     """The variables for ``epoch``: restored or initialized while PS 0 resets it, else kept.
 
     A running epoch with variables missing (a PS restarted and PS 0 has not noticed yet) is
@@ -153,9 +155,9 @@ def keep_or_restore(ctx: Context, protocol: SyncProtocol, sess: Any, training: T
             raise EpochEnded("a new sync epoch was opened" if state.epoch != epoch
                              else "training ended")
         if state.phase == Phase.RESETTING:
-            ctx.snapshots.invalidate()  # no copy begun before this restore is kept
+            store.invalidate()  # no copy begun before this restore is kept
             how, step = restore_or_initialize(sess, training, ctx.cfg.training.checkpoint_dir,
-                                              ctx.snapshots.latest())
+                                              store.latest())
             if not protocol.variables_ready(epoch):
                 raise EpochEnded("a new sync epoch was opened while restoring")
             return how, step

@@ -30,8 +30,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from . import exitcodes
-from .exits import Exit
+from .. import exitcodes
+from ..process.exits import Exit
 
 v1 = tf.compat.v1
 

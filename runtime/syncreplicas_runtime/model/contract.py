@@ -146,31 +146,3 @@ def explain_build_error(err: BaseException) -> str:
     if "eager" in message.lower():
         return f"needs eager execution, but models are built in graph mode ({message[:200]})"
     return f"raised {type(err).__name__}: {message[:300]}"
-
-
-def check_entrypoint_main(argv: list[str]) -> int:
-    """``python -m syncreplicas_runtime.model ENTRYPOINT``: does the entrypoint load?
-
-    Exit 0 when it imports and is callable; otherwise exit 65 (MODEL) with the contract's
-    one line on stderr. The local runner calls this before it starts any process.
-    """
-    import sys
-
-    from .exitcodes import MODEL, exit_line
-
-    if len(argv) != 1:
-        print("usage: python -m syncreplicas_runtime.model package.module:function",
-              file=sys.stderr)
-        return 2
-    try:
-        load_entrypoint(argv[0])
-    except ModelError as err:
-        print(exit_line(MODEL, str(err)), file=sys.stderr, flush=True)
-        return MODEL
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(check_entrypoint_main(sys.argv[1:]))

@@ -59,7 +59,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object
 
-from .names import ps_device
+from ..sync.names import ps_device
 from .packplan import Placement, VariableInfo, plan_packing
 
 v1 = tf.compat.v1
