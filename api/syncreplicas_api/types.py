@@ -1,0 +1,567 @@
+"""``SyncReplicasJob``'s spec as typed values: every field's default, bounds and meaning,
+and every rule across fields, written once. ``crd`` turns these types into the CRD's
+schema; ``problems`` validates a manifest with them in the project's words.
+
+Python names are snake_case, the manifest's camelCase (aliases).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, Final
+
+from pydantic import Field, model_validator
+
+from . import containers, resource
+from .enums import ChiefRestartPolicy, CleanPodPolicy, GangScheduler, Optimizer, RestartPolicy
+from .fields import (
+    ApiModel,
+    Bool,
+    CelBounds,
+    GoPattern,
+    Immutable,
+    Int32,
+    Int64,
+    Number,
+    OpenModel,
+    Rule,
+    Str,
+)
+
+# Bounded strings keep the CEL rules' estimated cost small (the API server refuses rules
+# whose estimated cost is too high).
+MAX_ENTRYPOINT_LENGTH: Final = 253
+MAX_PATH_LENGTH: Final = 1024
+MAX_IMAGE_LENGTH: Final = 1024
+# A scheduler's name and a Volcano queue's name are object names (DNS subdomains).
+MAX_NAME_LENGTH: Final = 253
+
+ENTRYPOINT = GoPattern(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", "expected package.module:function")
+# "" means no checkpoints; anything else must be an absolute path inside the container.
+CHECKPOINT_DIR = GoPattern(r"^(/.*)?$", 'an absolute path, or "" for no checkpoints')
+JOB_NAME = GoPattern(
+    resource.JOB_NAME_PATTERN, "lower-case letters, digits and '-', starting with a letter"
+)
+
+Entrypoint = Annotated[
+    Str,
+    ENTRYPOINT,
+    Immutable(),
+    Field(
+        max_length=MAX_ENTRYPOINT_LENGTH,
+        description="package.module:function returning the model (see the runtime's "
+        "model contract). Immutable.",
+    ),
+]
+CheckpointDir = Annotated[
+    Str,
+    CHECKPOINT_DIR,
+    Field(
+        max_length=MAX_PATH_LENGTH,
+        description='Absolute path where the chief writes checkpoints; "" for none. Mount '
+        "a persistent volume here (template) to keep checkpoints when the chief pod is "
+        "replaced; otherwise an emptyDir is mounted.",
+    ),
+]
+
+
+class ModelSpec(ApiModel):
+    """``spec.model``: the model every replica builds."""
+
+    entrypoint: Entrypoint
+    args: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments passed to the entrypoint function."
+    )
+
+
+class TrainingSpec(ApiModel):
+    """``spec.training``: optimizer, batch, steps and checkpoints."""
+
+    optimizer: Optimizer = Field(
+        Optimizer.SGD, description="Optimizer wrapped by SyncReplicasOptimizer."
+    )
+    learning_rate: Annotated[Number, CelBounds()] = Field(
+        0.1, gt=0, description="Learning rate, > 0."
+    )
+    batch_size: Int32 = Field(32, ge=1, description="Examples per replica per step.")
+    max_steps: Int64 = Field(
+        1000, ge=1, description="Global steps to train; the chief exits 0 when reached."
+    )
+    checkpoint_dir: CheckpointDir = "/var/lib/syncreplicas/checkpoints"
+    checkpoint_every_steps: Int64 = Field(
+        100, ge=1, description="Global steps between checkpoints."
+    )
+    snapshot_every_steps: Int64 = Field(
+        10,
+        ge=0,
+        description="Global steps between the chief's in-memory snapshots of the variables; "
+        "a parameter server that comes back empty is restored from the freshest one when it "
+        "is newer than the last checkpoint. 0 = no snapshots (a lost parameter server rolls "
+        "back to the checkpoint).",
+    )
+    log_every_steps: Int64 = Field(100, ge=1, description="Global steps between log lines.")
+    eval_every_steps: Int64 = Field(
+        0,
+        ge=0,
+        description="Global steps between evaluations on the chief; 0 = only at the end.",
+    )
+    seed: Int64 = Field(
+        0, ge=0, description="Random seed of the model and the input pipeline."
+    )
+    startup_timeout_seconds: Int32 = Field(
+        300,
+        ge=1,
+        description="Bounded wait for peers at start before exiting UNREACHABLE (69).",
+    )
+    chief_lost_timeout_seconds: Int32 = Field(
+        120,
+        ge=1,
+        description="A worker that cannot reach the chief's sync state this long exits "
+        "RETRY (75).",
+    )
+    pack_variables: Bool = Field(
+        True,
+        description="Hold the trainable variables of each PS in one flat variable per dtype, "
+        "so a step moves one tensor per PS each way instead of one per variable; checkpoints "
+        "keep the model's own names. false keeps one PS variable per model variable.",
+    )
+    pack_min_bytes_per_ps: Int64 = Field(
+        256 * 1024,
+        ge=0,
+        alias="packMinBytesPerPS",
+        description="With packVariables, spread the packed variables over only as many "
+        "parameter servers as give each at least this many bytes (like TensorFlow "
+        "partitioners' min_slice_size); a smaller model stays on PS 0, where spreading would "
+        "only add one more round trip per step. 0 spreads over every PS.",
+    )
+
+
+def _port_is_not_grpc(metrics: MetricsSpec) -> list[tuple[str, str]]:
+    if metrics.port == resource.TF_PORT:
+        return [("port", f"must differ from the gRPC port {resource.TF_PORT}")]
+    return []
+
+
+class MetricsSpec(ApiModel):
+    """``spec.metrics``: the runtime's HTTP endpoint."""
+
+    # The rule reads self.port with has(): the API server checks the default `{}` as written.
+    cel_rules = (
+        Rule(
+            f"!has(self.port) || self.port != {resource.TF_PORT}",
+            f"metrics.port must differ from the gRPC port {resource.TF_PORT}",
+            _port_is_not_grpc,
+        ),
+    )
+    port: Int32 = Field(
+        9090,
+        ge=0,
+        le=resource.MAX_PORT,
+        description="Metrics port (container port 'metrics'); 0 disables the endpoint and "
+        "with it the readiness probe.",
+    )
+
+
+# --- pod templates (free-form but for their containers) ------------------------------------
+
+_POD_SPEC = (
+    "PodSpec. Only its containers are checked here; the rest is checked when the pods are "
+    "created."
+)
+
+
+class Container(OpenModel):
+    """A container (core/v1 Container)."""
+
+    name: Str = Field(
+        max_length=containers.MAX_CONTAINER_NAME_LENGTH,
+        description="The container's name (a DNS label), unique in the pod.",
+    )
+    image: Str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_IMAGE_LENGTH,
+        description="Its image. The runtime's container defaults to spec.image (else the "
+        "operator's runtime image); a sidecar must set one.",
+    )
+
+
+def _dicts(items: Sequence[Container]) -> list[dict[str, Any]]:
+    return [{"name": c.name, "image": c.image} for c in items]
+
+
+_NAMES = str(list(containers.RUNTIME_CONTAINER_NAMES))
+
+
+def _sidecars_need_an_image(items: list[Container]) -> list[tuple[str, str]]:
+    not_runtime = "not named syncreplicas or tensorflow, nor the template's only container"
+    return [
+        (f"[{i}].image", f"is required: container {items[i].name!r} is a sidecar ({not_runtime})")
+        for i in containers.sidecars_without_image(_dicts(items))
+    ]
+
+
+_RUNTIME_OR_IMAGE = f"has(c.image) || c.name in {_NAMES}"
+TEMPLATE_CONTAINERS_RULE: Rule[list[Container]] = Rule(
+    f"size(self) == 1 || self.all(c, {_RUNTIME_OR_IMAGE})",
+    "spec.template.spec.containers: every sidecar needs an image (a container not named "
+    "syncreplicas or tensorflow, in a template with more than one)",
+    _sidecars_need_an_image,
+    message_expression="'spec.template.spec.containers[%d].image is required: the container "
+    "is a sidecar (not named syncreplicas or tensorflow, nor the only container of the "
+    f"template)'.format([self.map(c, size(self) == 1 || {_RUNTIME_OR_IMAGE}).indexOf(false)])",
+)
+
+
+class PodSpec(OpenModel):
+    containers: Annotated[list[Container], TEMPLATE_CONTAINERS_RULE] | None = Field(
+        None,
+        max_length=containers.MAX_CONTAINERS,
+        description="The runtime's container is every container named syncreplicas or "
+        "tensorflow (Kubeflow TFJob's name), or the only container; it is named syncreplicas "
+        "in the pods. Every other container is a sidecar, kept as it is, and needs an image.",
+    )
+
+
+class RolePodSpec(OpenModel):
+    containers: list[Container] | None = Field(
+        None,
+        max_length=containers.MAX_CONTAINERS,
+        description="Merged with spec.template's by name. The runtime's container is every "
+        "container named syncreplicas, tensorflow or like the runtime's container of "
+        "spec.template, or the only container when spec.template has none. Every other "
+        "container is a sidecar and needs an image, unless it is named like a container of "
+        "spec.template.",
+    )
+
+
+class PodTemplate(OpenModel):
+    spec: PodSpec | None = Field(None, description=_POD_SPEC)
+
+
+class RolePodTemplate(OpenModel):
+    spec: RolePodSpec | None = Field(None, description=_POD_SPEC)
+
+
+class RoleSpec(ApiModel):
+    """``spec.ps``, ``spec.chief``, ``spec.worker``: one role's overrides."""
+
+    template: RolePodTemplate | None = Field(
+        None,
+        description="PodTemplateSpec merged over spec.template (containers, volumes and env "
+        "by name).",
+    )
+
+
+# --- run policy --------------------------------------------------------------------------
+
+
+def _gang_fields(policy: SchedulingPolicy) -> list[tuple[str, str]]:
+    problems = []
+    if policy.schedule_timeout_seconds is not None and (
+        policy.gang_scheduler != GangScheduler.COSCHEDULING
+    ):
+        problems.append(
+            (
+                "scheduleTimeoutSeconds",
+                "applies to Coscheduling only (Volcano's PodGroup has no timeout)",
+            )
+        )
+    if policy.queue is not None and policy.gang_scheduler != GangScheduler.VOLCANO:
+        problems.append(("queue", "applies to Volcano only"))
+    return problems
+
+
+class SchedulingPolicy(ApiModel):
+    """``spec.runPolicy.schedulingPolicy``: gang scheduling through a PodGroup."""
+
+    cel_rules = (
+        Rule(
+            "!has(self.scheduleTimeoutSeconds) || self.gangScheduler == 'Coscheduling'",
+            "runPolicy.schedulingPolicy.scheduleTimeoutSeconds applies to Coscheduling only",
+            lambda p: [x for x in _gang_fields(p) if x[0] == "scheduleTimeoutSeconds"],
+        ),
+        Rule(
+            "!has(self.queue) || self.gangScheduler == 'Volcano'",
+            "runPolicy.schedulingPolicy.queue applies to Volcano only",
+            lambda p: [x for x in _gang_fields(p) if x[0] == "queue"],
+        ),
+    )
+    gang_scheduler: GangScheduler = Field(
+        description="Coscheduling: scheduler-plugins (scheduling.x-k8s.io/v1alpha1 PodGroup). "
+        "Volcano: scheduling.volcano.sh/v1beta1 PodGroup."
+    )
+    # Filled in from gang_scheduler when absent, once validated.
+    scheduler_name: Str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+        description="The pods' schedulerName. Default scheduler-plugins-scheduler "
+        "(Coscheduling) or volcano (Volcano).",
+    )
+    schedule_timeout_seconds: Int32 | None = Field(
+        None,
+        ge=1,
+        description="Coscheduling only: seconds the scheduler waits for the whole gang to fit "
+        "before it gives up on this attempt (the plugin's default when unset).",
+    )
+    queue: Str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+        description="Volcano only, the queue the PodGroup is admitted through.",
+    )
+
+    @model_validator(mode="after")
+    def _default_scheduler_name(self) -> SchedulingPolicy:
+        if self.scheduler_name is None:
+            return self.model_copy(update={"scheduler_name": self.gang_scheduler.scheduler_name})
+        return self
+
+
+class StragglerPolicy(ApiModel):
+    """Evict (delete the pod of) a worker whose gradients are dropped as stale too often."""
+
+    evict_after_seconds: Annotated[Int32, CelBounds()] = Field(
+        ge=1, description="Seconds a worker stays a straggler before its pod is deleted."
+    )
+    min_drop_fraction: Annotated[Number, CelBounds()] = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Share of a worker's pushed gradients dropped as stale above which it is "
+        "a straggler, in (0, 1].",
+    )
+
+
+class RunPolicy(ApiModel):
+    """``spec.runPolicy``: what happens when replicas fail, and after the job ends."""
+
+    restart_policy: RestartPolicy = Field(
+        RestartPolicy.ON_FAILURE,
+        description="OnFailure: restart failed replicas. Never: any failed replica fails the "
+        "job. ExitCode: fail the job on the runtime's non-retryable codes (64, 65, 69), "
+        "restart on any other non-zero code.",
+    )
+    backoff_limit: Int32 = Field(
+        6, ge=0, description="Replica restarts allowed before the job fails."
+    )
+    active_deadline_seconds: Int64 | None = Field(
+        None, ge=1, description="Seconds from start after which a running job fails."
+    )
+    ttl_seconds_after_finished: Int32 | None = Field(
+        None,
+        ge=0,
+        description="Seconds after Succeeded/Failed after which the job is deleted.",
+    )
+    clean_pod_policy: CleanPodPolicy = Field(
+        CleanPodPolicy.RUNNING,
+        description="Pods deleted when the job finishes. Running: those still running "
+        "(parameter servers never outlive the job). All: every pod. None: none.",
+    )
+    suspend: Bool = Field(
+        False, description="true deletes the pods and keeps the job; false resumes it."
+    )
+    scheduling_policy: SchedulingPolicy | None = Field(
+        None,
+        description="Gang scheduling: the operator creates a PodGroup owned by the job whose "
+        "minMember is every PS, the chief and the workers needed for "
+        "min(replicasToAggregate, 1 + workers) replicas to train, and gives every pod the "
+        "scheduler's name and the group's label (Coscheduling) or annotation (Volcano). The "
+        "job fails if the API server does not serve the gang scheduler's PodGroup API.",
+    )
+    # None: stragglers are reported (StragglerDetected), never evicted.
+    straggler_policy: StragglerPolicy | None = Field(
+        None,
+        description="Opt-in eviction of stragglers: a worker whose share of gradients dropped "
+        "as stale stays above minDropFraction for evictAfterSeconds has its pod deleted (the "
+        "scheduler may place the new one elsewhere). It is cleared only below half of "
+        "minDropFraction; one eviction at a time, never a parameter server or the chief. "
+        "Without it stragglers are only reported (the StragglerDetected condition).",
+    )
+
+
+# --- the spec ----------------------------------------------------------------------------
+
+
+class ClusterShape(ApiModel):
+    """What every replica is told and cannot change once the job runs: the TensorFlow
+    cluster's shape and how it aggregates (shared by the spec and the runtime's contract)."""
+
+    cel_rules = (
+        Rule(
+            "!has(self.minReplicasToAggregate) || "
+            "self.minReplicasToAggregate <= self.replicasToAggregate",
+            "minReplicasToAggregate must be <= replicasToAggregate",
+            lambda s: (
+                [
+                    (
+                        "minReplicasToAggregate",
+                        f"must be <= replicasToAggregate ({s.replicas_to_aggregate}), "
+                        f"got {s.min_replicas_to_aggregate}",
+                    )
+                ]
+                if s.min_replicas_to_aggregate is not None
+                and s.min_replicas_to_aggregate > s.replicas_to_aggregate
+                else []
+            ),
+        ),
+    )
+    replicas_to_aggregate: Annotated[Int32, CelBounds(), Immutable()] = Field(
+        ge=1,
+        description="R: gradients aggregated into each update. Replicas are the chief plus "
+        "the workers; 1 + workers - R of them are backups. R larger than the replica count "
+        "is legal: replicas then compute several batches per update. Immutable.",
+    )
+    # None: replicas_to_aggregate.
+    min_replicas_to_aggregate: Annotated[Int32, CelBounds(), Immutable()] | None = Field(
+        None,
+        ge=1,
+        description="Fewest gradients an update may aggregate while replicas are lost (1..R; "
+        "default R: every update waits for R gradients). Below R, each update aggregates the "
+        "gradients of the live replicas, never fewer than this, and R comes back when they "
+        "return; a smaller R averages fewer batches, so the update is noisier and the "
+        "examples per step fewer. Immutable.",
+    )
+    parameter_servers: Annotated[Int32, CelBounds(), Immutable()] = Field(
+        1,
+        ge=1,
+        le=resource.MAX_PARAMETER_SERVERS,
+        description="Parameter servers holding the variables. Immutable.",
+    )
+    workers: Annotated[Int32, CelBounds(), Immutable()] = Field(
+        ge=0,
+        le=resource.MAX_WORKERS,
+        description="W: non-chief workers. Replicas = 1 (chief) + W. Immutable.",
+    )
+    initial_tokens: Annotated[Int32, Immutable()] = Field(
+        0,
+        ge=0,
+        description="Tokens enqueued at start on top of the normal ones (lets replicas run "
+        "ahead by that many steps). Immutable.",
+    )
+    chief_restart_policy: ChiefRestartPolicy = Field(
+        ChiefRestartPolicy.RESET_SYNC_STATE,
+        description="What a chief restart triggers. ResetSyncState: the chief restarts alone "
+        "and rejoins the running sync state (the sync loop runs on PS 0; a new one opens only "
+        "after a PS loss). RestartJob: parameter servers and workers restart too and everyone "
+        "restores from the checkpoint. Fail: the job fails.",
+    )
+
+
+def _role_sidecars_rule(role: str) -> Rule[JobSpec]:
+    """A role template's sidecars need an image: a rule on the spec, not on the role,
+    because a container named like one of spec.template's is merged with it, and a role's
+    only container is the runtime's only when spec.template has none."""
+    items = f"self.{role}.template.spec.containers"
+    base = "self.template.spec.containers"
+    runtime = (
+        f"{_RUNTIME_OR_IMAGE} || (has(self.template) && has(self.template.spec) && "
+        f"has({base}) && size({base}) > 0 ? {base}.exists(b, b.name == c.name) : "
+        f"size({items}) == 1)"
+    )
+    guard = (
+        f"!has(self.{role}) || !has(self.{role}.template) || !has(self.{role}.template.spec) "
+        f"|| !has({items})"
+    )
+    where = f"{role}.template.spec.containers"
+    not_runtime = "not named syncreplicas, tensorflow or like a container of spec.template"
+
+    def check(spec: JobSpec) -> list[tuple[str, str]]:
+        role_spec: RoleSpec | None = getattr(spec, role)
+        if role_spec is None or role_spec.template is None or role_spec.template.spec is None:
+            return []
+        items = role_spec.template.spec.containers or []
+        template = spec.template
+        base = template.spec.containers if template and template.spec else None
+        return [
+            (f"{where}[{i}].image",
+             f"is required: container {items[i].name!r} is a sidecar ({not_runtime})")
+            for i in containers.sidecars_without_image(_dicts(items), _dicts(base or []))
+        ]  # fmt: skip
+
+    return Rule(
+        f"{guard} || {items}.all(c, {runtime})",
+        f"spec.{where}: every sidecar needs an image (a container {not_runtime})",
+        check,
+        field_path=f".{where}",
+        message_expression=f"'spec.{where}[%d].image is required: the container is a sidecar "
+        f"({not_runtime}, nor the only container of both templates)'.format([{items}.map(c, "
+        f"{runtime}).indexOf(false)])",
+    )
+
+
+class JobSpec(ClusterShape):
+    """``spec`` of a SyncReplicasJob: the desired training job."""
+
+    cel_rules = (
+        *ClusterShape.cel_rules,
+        *(_role_sidecars_rule(role) for role in resource.REPLICA_TYPES),
+    )
+    model: ModelSpec = Field(description="The model every replica builds.")
+    training: Annotated[TrainingSpec, Immutable()] = Field(
+        default_factory=TrainingSpec,
+        description="Optimizer, batch, steps and checkpoints. Immutable.",
+    )
+    metrics: Annotated[MetricsSpec, Immutable()] = Field(
+        default_factory=MetricsSpec,
+        description="The runtime's HTTP endpoint (/metrics, /healthz, /readyz). Immutable.",
+    )
+    # None: the operator's default runtime image (unless a template's container names one).
+    image: Str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_IMAGE_LENGTH,
+        description="Image of the runtime's container, unless a template's runtime container "
+        "sets one. Default: the operator's configured runtime image.",
+    )
+    template: PodTemplate | None = Field(
+        None,
+        description="PodTemplateSpec for every replica. The runtime's container (named "
+        "syncreplicas or tensorflow, or the only one; added if absent) gets the command, "
+        "ports, environment and probes; secure defaults apply where the template sets nothing. "
+        "Other containers are sidecars.",
+    )
+    ps: RoleSpec | None = Field(None, description="Overrides for parameter server pods.")
+    chief: RoleSpec | None = Field(None, description="Overrides for the chief pod.")
+    worker: RoleSpec | None = Field(None, description="Overrides for worker pods.")
+    run_policy: RunPolicy = Field(
+        default_factory=RunPolicy,
+        description="What happens when replicas fail, and after the job ends.",
+    )
+    stall_timeout_seconds: Int32 = Field(
+        300,
+        ge=0,
+        description="Seconds without global step progress, while pods run, before the "
+        "Stalled condition is set; 0 disables it.",
+    )
+
+
+def _name_matches(name: str) -> list[tuple[str, str]]:
+    if JOB_NAME.matches(name):
+        return []
+    return [("metadata.name", f"{name!r} does not match {JOB_NAME.pattern} ({JOB_NAME.hint})")]
+
+
+def _name_fits(name: str) -> list[tuple[str, str]]:
+    if len(name) <= resource.MAX_JOB_NAME_LENGTH:
+        return []
+    limit = resource.MAX_JOB_NAME_LENGTH
+    return [("metadata.name", f"must be at most {limit} characters long, got {len(name)}")]
+
+
+# The root's rules: the schema sees only metadata.name of metadata; ``check`` takes it.
+NAME_RULES: Final[tuple[Rule[str], ...]] = (
+    Rule(
+        f"self.metadata.name.matches('{resource.JOB_NAME_PATTERN}')",
+        "metadata.name must consist of lower-case letters, digits and '-', start with a "
+        "letter and end with a letter or digit (it prefixes Service names)",
+        _name_matches,
+    ),
+    Rule(
+        f"size(self.metadata.name) <= {resource.MAX_JOB_NAME_LENGTH}",
+        f"metadata.name must be at most {resource.MAX_JOB_NAME_LENGTH} characters long "
+        "(Service names '<job>-worker-<index>' must fit in 63)",
+        _name_fits,
+    ),
+)
