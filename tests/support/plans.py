@@ -21,10 +21,15 @@ def context(
     now: datetime = T0,
     **observed: Any,
 ) -> PlanContext:
-    """A context for ``job`` with ``pods`` observed (services and policy too, unless
-    ``observed`` says otherwise)."""
+    """A context for ``job`` with ``pods`` observed (every replica's Service and the
+    NetworkPolicy too, unless ``observed`` says otherwise)."""
     observed.setdefault(
-        "services", frozenset(naming.replica_name(job.name, p.replica_type, p.index) for p in pods)
+        "services",
+        frozenset(
+            naming.replica_name(job.name, t, i)
+            for t, count in job.spec.replica_counts().items()
+            for i in range(count)
+        ),
     )
     observed.setdefault("network_policy", True)
     inputs = Inputs(job, Observed(tuple(pods), **observed), status or {}, now, "img")

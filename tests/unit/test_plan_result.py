@@ -77,11 +77,23 @@ def merge(target: Any, patch: Any) -> Any:
         ({"a": 1, "b": 2}, {"a": 1}, {"b": None}),
         # A new recovery record drops the old one's end: the keys go to null, not merged on.
         (
-            {"lastRecovery": {"replica": "chief-0", "startedAt": "t1", "recoveredAt": "t2",
-                              "stepsLost": 0}},
+            {
+                "lastRecovery": {
+                    "replica": "chief-0",
+                    "startedAt": "t1",
+                    "recoveredAt": "t2",
+                    "stepsLost": 0,
+                }
+            },
             {"lastRecovery": {"replica": "ps-0", "startedAt": "t3"}},
-            {"lastRecovery": {"replica": "ps-0", "startedAt": "t3", "recoveredAt": None,
-                              "stepsLost": None}},
+            {
+                "lastRecovery": {
+                    "replica": "ps-0",
+                    "startedAt": "t3",
+                    "recoveredAt": None,
+                    "stepsLost": None,
+                }
+            },
         ),
         ({"x": {"y": {"z": 1, "w": 2}}}, {"x": {"y": {"z": 1}}}, {"x": {"y": {"w": None}}}),
         ({"x": [1, 2]}, {"x": [1]}, {"x": [1]}),

@@ -30,7 +30,9 @@ def plan_suspended(ctx: PlanContext) -> bool:
         return False
     deleted = ctx.delete_pods(ctx.live_pods())
     release_pod_group(ctx)
-    if ctx.condition(naming.CONDITION_SUSPENDED, True, naming.REASON_SUSPENDED, "runPolicy.suspend is true"):
+    if ctx.condition(
+        naming.CONDITION_SUSPENDED, True, naming.REASON_SUSPENDED, "runPolicy.suspend is true"
+    ):
         ctx.event(NORMAL, naming.REASON_SUSPENDED, f"job suspended: deleted {deleted} pod(s)")
     for other in (naming.CONDITION_RUNNING, naming.CONDITION_RESTARTING, naming.CONDITION_STALLED):
         ctx.condition(other, False, naming.REASON_SUSPENDED, "the job is suspended")
@@ -122,7 +124,9 @@ def after_finish(ctx: PlanContext) -> None:
     if ttl is not None and completed is not None:
         remaining = (completed - ctx.now).total_seconds() + ttl
         if remaining <= 0:
-            ctx.event(NORMAL, naming.REASON_TTL_EXPIRED, f"deleting the job {ttl}s after it finished")
+            ctx.event(
+                NORMAL, naming.REASON_TTL_EXPIRED, f"deleting the job {ttl}s after it finished"
+            )
             ctx.actions.append(DeleteJob(naming.REASON_TTL_EXPIRED))
             return
         ctx.requeue.append(remaining)

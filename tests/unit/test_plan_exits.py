@@ -1,0 +1,128 @@
+"""Replica exits: each stopped pod through restartPolicy and backoffLimit (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from syncreplicas_operator.core import naming
+from syncreplicas_operator.core.actions import DeletePod
+from syncreplicas_operator.core.plan.exits import final_step, handle_exits, last_failure
+from syncreplicas_operator.core.recovery import Failure
+
+from tests.support.jobs import planner_job
+from tests.support.plans import condition, context, pods_of, reasons
+
+EXITED: dict[str, Any] = {"phase": "Failed", "ready": False}
+
+
+def exited(job: Any, who: str, **changes: Any) -> list[Any]:
+    """Every pod running, ``who`` with ``changes``."""
+    return [replace(p, **changes) if p.name == who else p for p in pods_of(job)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "who", "changes", "ended", "failed", "deleted", "restarts"),
+    [
+        # The chief's exit 0 is the job's success, whatever the policy.
+        ("Never", "j-chief-0", {"phase": "Succeeded", "exit_code": 0}, True, None, [], 0),
+        # A worker's exit 0 changes nothing.
+        ("OnFailure", "j-worker-0", {"phase": "Succeeded", "exit_code": 0}, False, None, [], 0),
+        # Retried: the pod goes, one restart counts.
+        ("OnFailure", "j-worker-1", {**EXITED, "exit_code": 1}, False, None, ["j-worker-1"], 1),
+        ("ExitCode", "j-ps-0", {**EXITED, "exit_code": 137}, False, None, ["j-ps-0"], 1),
+        ("ExitCode", "j-ps-0", {**EXITED, "exit_code": -1}, False, None, ["j-ps-0"], 1),
+        # Disrupted by the cluster: replaced, not counted.
+        ("ExitCode", "j-worker-0", {**EXITED, "exit_code": 137, "disruption": "Evicted: x"},
+         False, None, ["j-worker-0"], 0),
+        # Fatal.
+        ("ExitCode", "j-worker-0", {**EXITED, "exit_code": 64}, True,
+         naming.REASON_NON_RETRYABLE_EXIT, [], 0),
+        ("Never", "j-ps-0", {**EXITED, "exit_code": 1}, True, naming.REASON_REPLICA_FAILED,
+         [], 0),
+        # A worker lost under Never: nothing to do here (Degraded says it).
+        ("Never", "j-worker-1", {**EXITED, "exit_code": 1}, False, None, [], 0),
+        # Still running with no exit code: not an exit.
+        ("Never", "j-worker-1", {"exit_code": None}, False, None, [], 0),
+        # In-place restarts beyond the budget.
+        ("OnFailure", "j-worker-1", {"restart_count": 7}, True,
+         naming.REASON_BACKOFF_LIMIT_EXCEEDED, [], 7),
+    ],
+)  # fmt: skip
+def test_handle_exits(
+    policy: str,
+    who: str,
+    changes: dict[str, Any],
+    ended: bool,
+    failed: str | None,
+    deleted: list[str],
+    restarts: int,
+) -> None:
+    job = planner_job(2, runPolicy={"restartPolicy": policy, "backoffLimit": 6})
+    ctx = context(job, exited(job, who, **changes))
+    assert handle_exits(ctx) is ended
+    if failed is not None:
+        assert condition(ctx, "Failed") == ("True", failed)
+    if not ended:
+        assert [a.name for a in ctx.actions if isinstance(a, DeletePod)] == deleted
+        restarting = condition(ctx, "Restarting")
+        assert (restarting == ("True", naming.REASON_REPLICA_RESTARTED)) is bool(deleted)
+    assert ctx.restarts_so_far() == restarts
+
+
+def test_a_failed_chief_restarted_by_the_operator_is_a_chief_restart() -> None:
+    job = planner_job(2, runPolicy={"restartPolicy": "ExitCode"})
+    ctx = context(job, exited(job, "j-chief-0", **EXITED, exit_code=75), {"chief": {"uid": "u"}})
+    assert handle_exits(ctx) is False
+    assert DeletePod("j-chief-0") in ctx.actions
+    assert ctx.status["chiefRestarts"] == 1
+    assert "chief" not in ctx.status  # counted here, not again when it is seen going
+    assert reasons(ctx) == [
+        naming.REASON_CHIEF_RESTARTED,
+        naming.REASON_CHIEF_CLEANUP,
+        naming.REASON_REPLICA_RESTARTED,
+    ]
+    assert ctx.failures[-1].cause == "Exited"
+
+
+def test_pods_the_cluster_deletes_are_named_once() -> None:
+    job = planner_job(2)
+    pods = exited(job, "j-worker-0", deleting=True, disruption="Preempting: x")
+    ctx = context(job, pods)
+    assert handle_exits(ctx) is False
+    assert reasons(ctx) == [naming.REASON_REPLICA_RESTARTED]
+    again = context(job, pods, ctx.status)
+    handle_exits(again)
+    assert reasons(again) == []  # the same news
+
+
+@pytest.mark.parametrize(
+    ("known", "read", "said", "step", "written"),
+    [
+        (None, None, None, None, False),
+        (100, None, None, 100, False),
+        (100, 120, None, 120, True),
+        (100, 120, 130, 130, True),
+        (300, 120, 130, 300, False),  # never lower than known
+    ],
+)
+def test_final_step(
+    known: int | None, read: int | None, said: int | None, step: int | None, written: bool
+) -> None:
+    job = planner_job(2)
+    status = {} if known is None else {"globalStep": known}
+    chief = replace(pods_of(job)[1], phase="Succeeded", exit_code=0, exit_step=said)
+    ctx = context(job, [chief], status, global_step=read)
+    assert final_step(ctx, chief) == step
+    assert ("lastProgressTime" in ctx.status) is written
+
+
+def test_last_failure() -> None:
+    job = planner_job(2)
+    ctx = context(job, pods_of(job))
+    assert last_failure(ctx) == ""
+    ctx = context(job, exited(job, "j-ps-0", restart_count=1, last_exit_code=75))
+    assert last_failure(ctx) == "j-ps-0 restarted after exiting with RETRY (75)"
+    ctx.failures.append(Failure("worker-0", "Deleted", "pod j-worker-0 was deleted"))
+    assert last_failure(ctx) == "pod j-worker-0 was deleted"
