@@ -44,6 +44,19 @@ PRINTER_COLUMNS: Final = (
 )  # fmt: skip
 
 
+# Keys in the order a reader expects them, whatever order the markers came in.
+_KEY_ORDER: Final = (
+    "type", "format", "description", "required", "enum", "pattern", "minLength", "maxLength",
+    "minimum", "exclusiveMinimum", "maximum", "maxItems", "default",
+    "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys", "x-kubernetes-validations", "items", "properties",
+)  # fmt: skip
+
+
+def _ordered(node: Schema) -> Schema:
+    return {key: node[key] for key in sorted(node, key=_KEY_ORDER.index)}
+
+
 def _default(field: FieldView) -> object:
     """The field's default as the API server applies it; PydanticUndefined for none. An
     object defaults to ``{}``: the API server fills in its own fields' defaults."""
@@ -90,7 +103,7 @@ def _type(base: Any, metadata: tuple[Any, ...], where: str) -> Schema:
         (item,) = get_args(base)
         node = {"type": "array", "items": _type(item, (), where)}
         if isinstance(item, type) and issubclass(item, BaseModel) and item.__doc__:
-            node["items"] = {"description": item.__doc__.strip(), **node["items"]}
+            node["items"] = _ordered({"description": item.__doc__.strip(), **node["items"]})
     elif get_origin(base) is dict:
         node = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     elif isinstance(base, type) and issubclass(base, enum.Enum):
@@ -142,7 +155,7 @@ def _field_schema(model: type[BaseModel], field: FieldView, where: str) -> Schem
     own.extend(rule.to_crd() for rule in field.markers(Rule))
     if own or rules:
         node["x-kubernetes-validations"] = own + rules
-    return node
+    return _ordered(node)
 
 
 def _in_spec(model: type[BaseModel]) -> bool:
@@ -165,7 +178,7 @@ def model_schema(model: type[BaseModel], where: str = "") -> Schema:
     }
     if issubclass(model, ApiModel) and model.cel_rules:
         node["x-kubernetes-validations"] = [rule.to_crd() for rule in model.cel_rules]
-    return node
+    return _ordered(node)
 
 
 def open_api_schema() -> Schema:

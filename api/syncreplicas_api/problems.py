@@ -106,7 +106,8 @@ Model = TypeVar("Model", bound=BaseModel)
 def validate(model: type[Model], value: object, path: str) -> tuple[Model | None, list[Problem]]:
     """``value`` as a ``model``, or None and every problem; ``path`` prefixes the paths."""
     try:
-        result = model.model_validate(value)
+        # By the manifest's (camelCase) names only; Python's names are for code.
+        result = model.model_validate(value, by_alias=True, by_name=False)
     except ValidationError as err:
         errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
         return None, [Problem(_path(path, e["loc"]), _message(e)) for e in errors]

@@ -384,6 +384,18 @@ class RunPolicy(ApiModel):
 # --- the spec ----------------------------------------------------------------------------
 
 
+ParameterServers = Annotated[
+    Int32,
+    CelBounds(),
+    Immutable(),
+    Field(
+        ge=1,
+        le=resource.MAX_PARAMETER_SERVERS,
+        description="Parameter servers holding the variables. Immutable.",
+    ),
+]
+
+
 class ClusterShape(ApiModel):
     """What every replica is told and cannot change once the job runs: the TensorFlow
     cluster's shape and how it aggregates (shared by the spec and the runtime's contract)."""
@@ -423,12 +435,7 @@ class ClusterShape(ApiModel):
         "return; a smaller R averages fewer batches, so the update is noisier and the "
         "examples per step fewer. Immutable.",
     )
-    parameter_servers: Annotated[Int32, CelBounds(), Immutable()] = Field(
-        1,
-        ge=1,
-        le=resource.MAX_PARAMETER_SERVERS,
-        description="Parameter servers holding the variables. Immutable.",
-    )
+    parameter_servers: ParameterServers = 1
     workers: Annotated[Int32, CelBounds(), Immutable()] = Field(
         ge=0,
         le=resource.MAX_WORKERS,

@@ -25,12 +25,18 @@ import kubernetes_validate
 import pytest
 import yaml
 from celpy import celtypes
+from syncreplicas_api import types as api_types
 from jsonschema import validators
 from jsonschema.exceptions import ValidationError
 from openapi_schema_validator import OAS30Validator
 from syncreplicas_operator import cli
 from syncreplicas_operator.core import naming, podtemplate, recovery, spec, tfconfig
-from syncreplicas_operator.core.enums import ChiefRestartPolicy, CleanPodPolicy, RestartPolicy
+from syncreplicas_operator.core.enums import (
+    ChiefRestartPolicy,
+    CleanPodPolicy,
+    Optimizer,
+    RestartPolicy,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "syncreplicasjobs.yaml"
@@ -607,19 +613,19 @@ def test_defaults_pass_their_own_rules() -> None:
     assert checked
 
 
-def test_enums_and_defaults_match_spec_py() -> None:
+def test_enums_and_defaults_match_the_types() -> None:
     props = SCHEMA["properties"]["spec"]["properties"]
     training = props["training"]["properties"]
     run_policy = props["runPolicy"]["properties"]
-    assert tuple(training["optimizer"]["enum"]) == spec.OPTIMIZERS
+    assert tuple(training["optimizer"]["enum"]) == tuple(Optimizer)
     assert tuple(run_policy["restartPolicy"]["enum"]) == tuple(RestartPolicy)
     assert tuple(run_policy["cleanPodPolicy"]["enum"]) == tuple(CleanPodPolicy)
     assert tuple(props["chiefRestartPolicy"]["enum"]) == tuple(ChiefRestartPolicy)
-    assert props["model"]["properties"]["entrypoint"]["pattern"] == spec.ENTRYPOINT_PATTERN
-    assert training["checkpointDir"]["pattern"] == spec.CHECKPOINT_DIR_PATTERN
-    assert props["model"]["properties"]["entrypoint"]["maxLength"] == spec.MAX_ENTRYPOINT_LENGTH
-    assert training["checkpointDir"]["maxLength"] == spec.MAX_PATH_LENGTH
-    assert props["image"]["maxLength"] == spec.MAX_IMAGE_LENGTH
+    assert props["model"]["properties"]["entrypoint"]["pattern"] == api_types.ENTRYPOINT.pattern
+    assert training["checkpointDir"]["pattern"] == api_types.CHECKPOINT_DIR.pattern
+    assert props["model"]["properties"]["entrypoint"]["maxLength"] == api_types.MAX_ENTRYPOINT_LENGTH
+    assert training["checkpointDir"]["maxLength"] == api_types.MAX_PATH_LENGTH
+    assert props["image"]["maxLength"] == api_types.MAX_IMAGE_LENGTH
     assert props["workers"]["maximum"] == naming.MAX_WORKERS
     assert props["parameterServers"]["maximum"] == naming.MAX_PARAMETER_SERVERS
     # The CRD's defaults, applied by the API server, are the ones spec.py applies.
@@ -653,7 +659,7 @@ def test_template_containers_match_podtemplate_py() -> None:
         item = containers["items"]
         assert item["required"] == ["name"]
         assert item["properties"]["name"]["maxLength"] == podtemplate.MAX_CONTAINER_NAME_LENGTH
-        assert item["properties"]["image"]["maxLength"] == spec.MAX_IMAGE_LENGTH
+        assert item["properties"]["image"]["maxLength"] == api_types.MAX_IMAGE_LENGTH
     names = str(list(podtemplate.RUNTIME_CONTAINER_NAMES))
     base = props["template"]["properties"]["spec"]["properties"]["containers"]
     at_spec = SCHEMA["properties"]["spec"]["x-kubernetes-validations"]

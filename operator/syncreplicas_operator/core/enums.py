@@ -1,41 +1,14 @@
-"""The CRD's policy values as StrEnums, so the spec and the planner share one vocabulary.
-
-Members compare equal to the plain strings of a manifest (``RestartPolicy.NEVER ==
-"Never"``), and the member order is the order the CRD's ``enum`` lists them in.
-"""
+"""The CRD's policy values as StrEnums, defined with the API types (``syncreplicas_api``)
+so the spec, the planner and the CRD share one vocabulary."""
 
 from __future__ import annotations
 
-from enum import StrEnum
+from syncreplicas_api.enums import (
+    ChiefRestartPolicy,
+    CleanPodPolicy,
+    GangScheduler,
+    Optimizer,
+    RestartPolicy,
+)
 
-
-class RestartPolicy(StrEnum):
-    """``spec.runPolicy.restartPolicy``: when a replica that exited is started again."""
-
-    ON_FAILURE = "OnFailure"
-    NEVER = "Never"
-    EXIT_CODE = "ExitCode"
-
-
-class CleanPodPolicy(StrEnum):
-    """``spec.runPolicy.cleanPodPolicy``: which pods a finished job deletes."""
-
-    RUNNING = "Running"
-    ALL = "All"
-    NONE = "None"
-
-
-class ChiefRestartPolicy(StrEnum):
-    """``spec.chiefRestartPolicy``: what a chief restart does to the rest of the job."""
-
-    RESET_SYNC_STATE = "ResetSyncState"
-    RESTART_JOB = "RestartJob"
-    FAIL = "Fail"
-
-
-
-class GangScheduler(StrEnum):
-    """``spec.runPolicy.schedulingPolicy.gangScheduler``: whose PodGroup the job gets."""
-
-    COSCHEDULING = "Coscheduling"  # scheduler-plugins, scheduling.x-k8s.io
-    VOLCANO = "Volcano"  # scheduling.volcano.sh
+__all__ = ["ChiefRestartPolicy", "CleanPodPolicy", "GangScheduler", "Optimizer", "RestartPolicy"]

@@ -10,25 +10,30 @@ from __future__ import annotations
 
 from typing import Final
 
+from syncreplicas_api import containers, resource
+from syncreplicas_api.enums import GangScheduler
+from syncreplicas_api.types import MetricsSpec
+
 # --- the resource -------------------------------------------------------------------------
 
-GROUP: Final = "syncreplicas.io"
-VERSION: Final = "v1alpha1"
-API_VERSION: Final = f"{GROUP}/{VERSION}"
-KIND: Final = "SyncReplicasJob"
-PLURAL: Final = "syncreplicasjobs"
-SINGULAR: Final = "syncreplicasjob"
-SHORT_NAME: Final = "srj"
-CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+# Defined with the API types (syncreplicas_api.resource), which the CRD is generated from.
+GROUP: Final = resource.GROUP
+VERSION: Final = resource.VERSION
+API_VERSION: Final = resource.API_VERSION
+KIND: Final = resource.KIND
+PLURAL: Final = resource.PLURAL
+SINGULAR: Final = resource.SINGULAR
+SHORT_NAME: Final = resource.SHORT_NAME
+CRD_NAME: Final = resource.CRD_NAME
 
 # --- replica types (TF_CONFIG task types) -------------------------------------------------
 
-PS: Final = "ps"
-CHIEF: Final = "chief"
-WORKER: Final = "worker"
+PS: Final = resource.PS
+CHIEF: Final = resource.CHIEF
+WORKER: Final = resource.WORKER
 # The order children are created in: parameter servers first, so the chief and workers
 # find their variables' devices reachable as early as possible.
-REPLICA_TYPES: Final = (PS, CHIEF, WORKER)
+REPLICA_TYPES: Final = resource.REPLICA_TYPES
 
 # --- labels and annotations ---------------------------------------------------------------
 
@@ -51,22 +56,22 @@ POD_GROUP_PLURAL: Final = "podgroups"
 # scheduler-plugins' coscheduling plugin: a pod joins its group by label.
 COSCHEDULING_API_VERSION: Final = "scheduling.x-k8s.io/v1alpha1"
 COSCHEDULING_POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
-COSCHEDULING_SCHEDULER_NAME: Final = "scheduler-plugins-scheduler"
+COSCHEDULING_SCHEDULER_NAME: Final = GangScheduler.COSCHEDULING.scheduler_name
 # Volcano: a pod joins its group by annotation.
 VOLCANO_API_VERSION: Final = "scheduling.volcano.sh/v1beta1"
 VOLCANO_GROUP_ANNOTATION: Final = "scheduling.k8s.io/group-name"
-VOLCANO_SCHEDULER_NAME: Final = "volcano"
+VOLCANO_SCHEDULER_NAME: Final = GangScheduler.VOLCANO.scheduler_name
 
 # --- ports and container ------------------------------------------------------------------
 
-CONTAINER_NAME: Final = "syncreplicas"
+CONTAINER_NAME: Final = containers.CONTAINER_NAME
 # Kubeflow's TFJob requires this name for its main container; templates written for it
 # carry the runtime's settings there (core/podtemplate.py).
-TFJOB_CONTAINER_NAME: Final = "tensorflow"
-TF_PORT: Final = 2222
+TFJOB_CONTAINER_NAME: Final = containers.TFJOB_CONTAINER_NAME
+TF_PORT: Final = resource.TF_PORT
 TF_PORT_NAME: Final = "tf"
 METRICS_PORT_NAME: Final = "metrics"
-DEFAULT_METRICS_PORT: Final = 9090
+DEFAULT_METRICS_PORT: Final = MetricsSpec().port
 READINESS_PATH: Final = "/readyz"
 
 # --- environment (docs/contract.md) -------------------------------------------------------
@@ -225,7 +230,7 @@ def parse_replica_name(job: str, name: str) -> tuple[str, int] | None:
 
 # Service names are DNS-1035 labels (<= 63 characters, starting with a letter). The longest
 # child name is "<job>-worker-<MAX_WORKERS - 1>", so the job name is bounded accordingly.
-MAX_WORKERS: Final = 10000
-MAX_PARAMETER_SERVERS: Final = 1000
-MAX_JOB_NAME_LENGTH: Final = 63 - len(f"-{WORKER}-") - len(str(MAX_WORKERS - 1))
-JOB_NAME_PATTERN: Final = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+MAX_WORKERS: Final = resource.MAX_WORKERS
+MAX_PARAMETER_SERVERS: Final = resource.MAX_PARAMETER_SERVERS
+MAX_JOB_NAME_LENGTH: Final = resource.MAX_JOB_NAME_LENGTH
+JOB_NAME_PATTERN: Final = resource.JOB_NAME_PATTERN

@@ -3,15 +3,8 @@ and which of its containers carries the runtime.
 
 Users name the runtime's container the way they know it: ``syncreplicas`` (ours),
 ``tensorflow`` (the name Kubeflow's TFJob requires) or not at all, in a template with a
-single container. Rules, the same in the CRD's CEL rules and in ``spec.py``:
-
-* In ``spec.template``, the runtime's container is every container named ``syncreplicas``
-  or ``tensorflow``; in a template with one container, that container.
-* In ``spec.<role>.template``, also a container named like one of those of
-  ``spec.template``; and the only container of a role template when ``spec.template`` has
-  no containers.
-* Every other container is a sidecar. A sidecar needs an image, unless it is a role
-  template's container named like a container of ``spec.template`` (it is merged with it).
+single container. Which container is the runtime's and which are sidecars is the API's
+rule (``syncreplicas_api.containers``, the same as the CRD's CEL rules).
 
 Each template's runtime containers are merged, in order, into one container named
 ``syncreplicas`` at the first one's position; then the role's template is merged over
@@ -27,14 +20,26 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from syncreplicas_api.containers import (
+    MAX_CONTAINER_NAME_LENGTH,
+    MAX_CONTAINERS,
+    RUNTIME_CONTAINER_NAMES,
+    runtime_positions,
+    sidecars_without_image,
+)
+
 from . import naming
 
-# Names that make a container the runtime's, in any template.
-RUNTIME_CONTAINER_NAMES: Final = (naming.CONTAINER_NAME, naming.TFJOB_CONTAINER_NAME)
-# Bounds the CRD declares for what its CEL rules read (they keep the rules' estimated cost
-# within the API server's budget). A container's name is a DNS label.
-MAX_CONTAINERS: Final = 32
-MAX_CONTAINER_NAME_LENGTH: Final = 63
+__all__ = [
+    "MAX_CONTAINERS",
+    "MAX_CONTAINER_NAME_LENGTH",
+    "RUNTIME_CONTAINER_NAMES",
+    "containers",
+    "merge_templates",
+    "role_template",
+    "runtime_positions",
+    "sidecars_without_image",
+]
 
 # Lists merged item by item (by this key) when a per-role template overrides the base.
 _MERGE_KEYS: Final = {
@@ -84,34 +89,6 @@ def containers(template: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     if not isinstance(found, list):
         return []
     return [c for c in found if isinstance(c, Mapping)]
-
-
-def runtime_positions(
-    items: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]] | None = None
-) -> list[int]:
-    """Positions of the containers in ``items`` that carry the runtime. ``base`` is
-    ``spec.template``'s containers when ``items`` are a role template's."""
-    names: set[Any] = set(RUNTIME_CONTAINER_NAMES)
-    if base is not None:
-        names |= {base[i].get("name") for i in runtime_positions(base)}
-    positions = [i for i, c in enumerate(items) if c.get("name") in names]
-    if not positions and len(items) == 1 and not base:
-        positions = [0]
-    return positions
-
-
-def sidecars_without_image(
-    items: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]] | None = None
-) -> list[int]:
-    """Positions of the sidecars in ``items`` that have no image and take none from a
-    container of ``base`` (``spec.template``'s containers, for a role template) by name."""
-    runtime = set(runtime_positions(items, base))
-    base_names = {c.get("name") for c in base or ()}
-    return [
-        i
-        for i, c in enumerate(items)
-        if i not in runtime and c.get("image") is None and c.get("name") not in base_names
-    ]
 
 
 def _with_runtime_container(template: Mapping[str, Any], positions: Sequence[int]) -> Template:

@@ -17,10 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from syncreplicas_api.types import StragglerPolicy
+
 from .timefmt import format_time, parse_time
 
-# Flag a replica above this fraction when the job sets no stragglerPolicy.
-DEFAULT_MIN_DROP_FRACTION: Final = 0.5
+# Flag a replica above this fraction when the job sets no stragglerPolicy (the policy's
+# default).
+DEFAULT_MIN_DROP_FRACTION: Final[float] = StragglerPolicy.model_fields["min_drop_fraction"].default
 # Fewer pushes than this in the window say nothing about a replica.
 MIN_PUSHES: Final = 5
 

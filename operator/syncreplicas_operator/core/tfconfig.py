@@ -12,6 +12,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from syncreplicas_api.contract import JobSettings
+
 from . import naming
 from .spec import JobSpec
 
@@ -76,33 +78,18 @@ def tf_config(
 
 def job_settings(spec: JobSpec) -> dict[str, Any]:
     """``SYNCREPLICAS_JOB``: the training part of the spec, camelCase, every key present."""
-    training = spec.training
-    return {
-        "replicasToAggregate": spec.replicas_to_aggregate,
-        "minReplicasToAggregate": spec.min_to_aggregate,
-        "workers": spec.workers,
-        "parameterServers": spec.parameter_servers,
-        "initialTokens": spec.initial_tokens,
-        "chiefRestartPolicy": str(spec.chief_restart_policy),
-        "model": {"entrypoint": spec.model.entrypoint, "args": dict(spec.model.args)},
-        "training": {
-            "optimizer": training.optimizer,
-            "learningRate": training.learning_rate,
-            "batchSize": training.batch_size,
-            "maxSteps": training.max_steps,
-            "checkpointDir": training.checkpoint_dir,
-            "checkpointEverySteps": training.checkpoint_every_steps,
-            "snapshotEverySteps": training.snapshot_every_steps,
-            "logEverySteps": training.log_every_steps,
-            "evalEverySteps": training.eval_every_steps,
-            "seed": training.seed,
-            "startupTimeoutSeconds": training.startup_timeout_seconds,
-            "chiefLostTimeoutSeconds": training.chief_lost_timeout_seconds,
-            "packVariables": training.pack_variables,
-            "packMinBytesPerPS": training.pack_min_bytes_per_ps,
-        },
-        "metrics": {"port": spec.metrics.port},
-    }
+    settings = JobSettings(
+        replicas_to_aggregate=spec.replicas_to_aggregate,
+        min_replicas_to_aggregate=spec.min_to_aggregate,
+        workers=spec.workers,
+        parameter_servers=spec.parameter_servers,
+        initial_tokens=spec.initial_tokens,
+        chief_restart_policy=spec.chief_restart_policy,
+        model=spec.model.model_dump(),
+        training=spec.training.model_dump(),
+        metrics=spec.metrics,
+    )
+    return settings.model_dump(mode="json")
 
 
 def _compact(value: object) -> str:
