@@ -29,79 +29,12 @@ from syncreplicas_operator.core.actions import (
 from syncreplicas_operator.core.plan.children import FORCE_DELETE_AFTER_SECONDS
 from syncreplicas_operator.core.plan.context import Observed, Plan
 from syncreplicas_operator.core.plan.pipeline import plan_job
-from syncreplicas_operator.core.policy import ReplicaExitDecision, decide_replica_exit
-from syncreplicas_operator.core.spec import Job, RunPolicy
+from syncreplicas_operator.core.spec import Job
 from syncreplicas_operator.core.status import ObservedPod
 
 from tests.support.jobs import planner_job
 
-RESTART = ReplicaExitDecision.RESTART
-FAIL = ReplicaExitDecision.FAIL_JOB
-SUCCEED = ReplicaExitDecision.SUCCEED_JOB
-IGNORE = ReplicaExitDecision.IGNORE
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-# --- decide_replica_exit -----------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("policy", "rtype", "code", "restarts", "decision"),
-    [
-        # exit 0: the chief's means done; others are left alone
-        ("OnFailure", "chief", 0, 0, SUCCEED),
-        ("Never", "chief", 0, 0, SUCCEED),
-        ("ExitCode", "chief", 0, 9, SUCCEED),
-        ("OnFailure", "worker", 0, 0, IGNORE),
-        ("OnFailure", "ps", 0, 0, IGNORE),
-        # OnFailure: any failure retried within the budget
-        ("OnFailure", "worker", 1, 0, RESTART),
-        ("OnFailure", "ps", 137, 5, RESTART),
-        ("OnFailure", "chief", 64, 0, RESTART),  # codes do not matter under OnFailure
-        ("OnFailure", "ps", 1, 6, FAIL),  # budget spent: an essential replica fails the job
-        ("OnFailure", "chief", 1, 6, FAIL),
-        ("OnFailure", "worker", 1, 6, IGNORE),  # budget spent: a worker is lost, not fatal
-        # Never: nothing restarts
-        ("Never", "ps", 75, 0, FAIL),
-        ("Never", "chief", 75, 0, FAIL),
-        ("Never", "worker", 75, 0, IGNORE),
-        ("Never", "worker", 64, 0, IGNORE),
-        # ExitCode: non-retryable codes fail the job, whoever exits
-        ("ExitCode", "worker", 64, 0, FAIL),
-        ("ExitCode", "ps", 65, 0, FAIL),
-        ("ExitCode", "chief", 69, 0, FAIL),
-        ("ExitCode", "worker", 75, 0, RESTART),
-        ("ExitCode", "chief", 143, 0, RESTART),
-        ("ExitCode", "ps", -1, 0, RESTART),  # evicted: no exit code, retried
-        ("ExitCode", "ps", 137, 0, RESTART),  # SIGKILL (deleted, preempted, OOM): retried
-        ("ExitCode", "chief", 75, 6, FAIL),
-        ("ExitCode", "worker", 75, 6, IGNORE),
-    ],
-)
-def test_decide_replica_exit(
-    policy: str, rtype: str, code: int, restarts: int, decision: ReplicaExitDecision
-) -> None:
-    rules = RunPolicy(restart_policy=policy, backoff_limit=6)
-    assert decide_replica_exit(rules, rtype, code, restarts) is decision
-
-
-@pytest.mark.parametrize(
-    ("policy", "rtype", "code", "decision"),
-    [
-        # The cluster stopped it (evicted, preempted): restarted even with the budget spent.
-        ("ExitCode", "ps", 137, RESTART),
-        ("ExitCode", "chief", -1, RESTART),
-        ("OnFailure", "worker", 143, RESTART),
-        ("ExitCode", "worker", 64, FAIL),  # the runtime's verdict still stands
-        ("Never", "ps", 137, FAIL),  # Never restarts nothing
-        ("Never", "worker", 137, IGNORE),
-    ],
-)
-def test_disrupted_replicas_restart_whatever_the_budget(
-    policy: str, rtype: str, code: int, decision: ReplicaExitDecision
-) -> None:
-    rules = RunPolicy(restart_policy=policy, backoff_limit=0)
-    assert decide_replica_exit(rules, rtype, code, 5, disrupted=True) is decision
 
 
 # --- a tiny world the plans act on -------------------------------------------------------
