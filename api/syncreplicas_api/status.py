@@ -114,7 +114,9 @@ class JobStatus(ApiModel):
         None, description="Latest observations of the job's state."
     )
     replica_statuses: ReplicaStatuses | None = Field(None, description="Counts per replica type.")
-    global_step: Int64 | None = Field(None, description="Global step, read from the chief's metrics.")
+    global_step: Int64 | None = Field(
+        None, description="Global step, read from the chief's metrics."
+    )
     replicas_to_aggregate: Int32 | None = Field(
         None,
         description="Gradients each update aggregates now, as last read from the coordinator "

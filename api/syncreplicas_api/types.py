@@ -8,7 +8,7 @@ Python names are snake_case, the manifest's camelCase (aliases).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, ClassVar, Final
 
 from pydantic import Field, model_validator
 
@@ -400,7 +400,7 @@ class ClusterShape(ApiModel):
     """What every replica is told and cannot change once the job runs: the TensorFlow
     cluster's shape and how it aggregates (shared by the spec and the runtime's contract)."""
 
-    cel_rules = (
+    cel_rules: ClassVar[tuple[Rule[Any], ...]] = (
         Rule(
             "!has(self.minReplicasToAggregate) || "
             "self.minReplicasToAggregate <= self.replicasToAggregate",

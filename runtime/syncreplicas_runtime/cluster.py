@@ -9,13 +9,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-ROLES = ("ps", "chief", "worker")
-OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "rmsprop")
-CHIEF_RESTART_POLICIES = ("ResetSyncState", "RestartJob", "Fail")
-ENTRYPOINT_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
+from syncreplicas_api import resource
+from syncreplicas_api.contract import JobSettings, SettingsModel, SettingsTraining
+from syncreplicas_api.problems import validate
+
+# The model and training settings of SYNCREPLICAS_JOB, as the API types define them.
+ModelSpec = SettingsModel
+TrainingSpec = SettingsTraining
+
+ROLES = resource.REPLICA_TYPES
 ADDRESS_RE = re.compile(r"^[^\s:/]+:\d{1,5}$")
 # A test and benchmark hook, not for production: sleep this many ms before every step, or
 # ("@/path") as many ms as that file says, re-read while training (a straggler that can be
@@ -30,32 +35,6 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {reason}")
         self.field = field
         self.reason = reason
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    entrypoint: str = "syncreplicas_runtime.models.linear:build"
-    args: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TrainingSpec:
-    optimizer: str = "sgd"
-    learning_rate: float = 0.1
-    batch_size: int = 32
-    max_steps: int = 1000
-    checkpoint_dir: str = ""
-    checkpoint_every_steps: int = 100
-    snapshot_every_steps: int = 10
-    log_every_steps: int = 100
-    eval_every_steps: int = 0
-    seed: int = 0
-    startup_timeout_seconds: float = 300.0
-    chief_lost_timeout_seconds: float = 120.0
-    # One flat variable per PS and dtype instead of one per model variable (packing.py).
-    pack_variables: bool = True
-    # Packed variables go on only as many PS as give each this many bytes (0: every PS).
-    pack_min_bytes_per_ps: int = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -123,42 +102,6 @@ def _int(value: Any, name: str, minimum: int | None = None, maximum: int | None 
     if maximum is not None and value > maximum:
         raise ConfigError(name, f"must be <= {maximum}, got {value}")
     return value
-
-
-def _num(value: Any, name: str, *, positive: bool = False, minimum: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(name, f"must be a number, got {value!r}")
-    if positive and not value > 0:
-        raise ConfigError(name, f"must be > 0, got {value}")
-    if minimum is not None and value < minimum:
-        raise ConfigError(name, f"must be >= {minimum}, got {value}")
-    return float(value)
-
-
-def _bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(name, f"must be true or false, got {value!r}")
-    return value
-
-
-def _str(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(name, f"must be a string, got {value!r}")
-    return value
-
-
-def _choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    text = _str(value, name)
-    if text not in choices:
-        raise ConfigError(name, f"must be one of {', '.join(choices)}; got {text!r}")
-    return text
-
-
-def _no_unknown(obj: Mapping[str, Any], known: tuple[str, ...], prefix: str) -> None:
-    for key in obj:
-        if key not in known:
-            where = f"{prefix}.{key}" if prefix else key
-            raise ConfigError(where, f"unknown field (known: {', '.join(known)})")
 
 
 def _json(text: str | None, name: str) -> Mapping[str, Any]:
@@ -235,75 +178,29 @@ def parse_tf_config(text: str | None) -> tuple[str, int, dict[str, dict[int, str
     return role, index, cluster, sparse
 
 
-_TOP = (
-    "replicasToAggregate", "minReplicasToAggregate", "workers", "parameterServers", "initialTokens",
-    "chiefRestartPolicy", "model", "training", "metrics",
-)
-_TRAINING = (
-    "optimizer", "learningRate", "batchSize", "maxSteps", "checkpointDir",
-    "checkpointEverySteps", "snapshotEverySteps", "logEverySteps", "evalEverySteps", "seed",
-    "startupTimeoutSeconds", "chiefLostTimeoutSeconds", "packVariables",
-    "packMinBytesPerPS",
-)
-
-
 def parse_job(text: str | None) -> dict[str, Any]:
-    """SYNCREPLICAS_JOB -> keyword arguments of ClusterConfig (without role and cluster)."""
+    """SYNCREPLICAS_JOB -> keyword arguments of ClusterConfig (without role and cluster).
+
+    The contract's type (``syncreplicas_api.contract.JobSettings``) checks it; the first
+    problem becomes the ConfigError."""
     doc = _json(text, "SYNCREPLICAS_JOB")
-    _no_unknown(doc, _TOP, "")
-    for required in ("replicasToAggregate", "workers", "parameterServers"):
-        if required not in doc:
-            raise ConfigError(required, "is required")
-    d = TrainingSpec()
-    model_raw = _obj(doc.get("model", {}), "model")
-    _no_unknown(model_raw, ("entrypoint", "args"), "model")
-    entrypoint = _str(model_raw.get("entrypoint", ModelSpec.entrypoint), "model.entrypoint")
-    if not ENTRYPOINT_RE.match(entrypoint):
-        raise ConfigError("model.entrypoint",
-                          f"must be package.module:function, got {entrypoint!r}")
-    args = dict(_obj(model_raw.get("args", {}), "model.args"))
-    t = _obj(doc.get("training", {}), "training")
-    _no_unknown(t, _TRAINING, "training")
-    training = TrainingSpec(
-        optimizer=_choice(t.get("optimizer", d.optimizer), "training.optimizer", OPTIMIZERS),
-        learning_rate=_num(t.get("learningRate", d.learning_rate), "training.learningRate",
-                           positive=True),
-        batch_size=_int(t.get("batchSize", d.batch_size), "training.batchSize", minimum=1),
-        max_steps=_int(t.get("maxSteps", d.max_steps), "training.maxSteps", minimum=1),
-        checkpoint_dir=_str(t.get("checkpointDir", d.checkpoint_dir), "training.checkpointDir"),
-        checkpoint_every_steps=_int(t.get("checkpointEverySteps", d.checkpoint_every_steps),
-                                    "training.checkpointEverySteps", minimum=1),
-        snapshot_every_steps=_int(t.get("snapshotEverySteps", d.snapshot_every_steps),
-                                  "training.snapshotEverySteps", minimum=0),
-        log_every_steps=_int(t.get("logEverySteps", d.log_every_steps),
-                             "training.logEverySteps", minimum=1),
-        eval_every_steps=_int(t.get("evalEverySteps", d.eval_every_steps),
-                              "training.evalEverySteps", minimum=0),
-        seed=_int(t.get("seed", d.seed), "training.seed"),
-        startup_timeout_seconds=_num(t.get("startupTimeoutSeconds", d.startup_timeout_seconds),
-                                     "training.startupTimeoutSeconds", positive=True),
-        chief_lost_timeout_seconds=_num(
-            t.get("chiefLostTimeoutSeconds", d.chief_lost_timeout_seconds),
-            "training.chiefLostTimeoutSeconds", positive=True),
-        pack_variables=_bool(t.get("packVariables", d.pack_variables), "training.packVariables"),
-        pack_min_bytes_per_ps=_int(t.get("packMinBytesPerPS", d.pack_min_bytes_per_ps),
-                                   "training.packMinBytesPerPS", minimum=0),
-    )
-    metrics = _obj(doc.get("metrics", {}), "metrics")
-    _no_unknown(metrics, ("port",), "metrics")
-    r = _int(doc["replicasToAggregate"], "replicasToAggregate", minimum=1)
+    job, problems = validate(JobSettings, doc, "")
+    if job is None:
+        raise ConfigError(problems[0].path, problems[0].message)
     return {
-        "replicas_to_aggregate": r,
-        "min_replicas_to_aggregate": _int(doc.get("minReplicasToAggregate", r),
-                                          "minReplicasToAggregate", minimum=1, maximum=r),
-        "workers": _int(doc["workers"], "workers", minimum=0),
-        "parameter_servers": _int(doc["parameterServers"], "parameterServers", minimum=1),
-        "initial_tokens": _int(doc.get("initialTokens", 0), "initialTokens", minimum=0),
-        "chief_restart_policy": _choice(doc.get("chiefRestartPolicy", "ResetSyncState"),
-                                        "chiefRestartPolicy", CHIEF_RESTART_POLICIES),
-        "model": ModelSpec(entrypoint=entrypoint, args=args),
-        "training": training,
-        "metrics_port": _int(metrics.get("port", 9090), "metrics.port", minimum=0, maximum=65535),
+        "replicas_to_aggregate": job.replicas_to_aggregate,
+        "min_replicas_to_aggregate": (
+            job.replicas_to_aggregate
+            if job.min_replicas_to_aggregate is None
+            else job.min_replicas_to_aggregate
+        ),
+        "workers": job.workers,
+        "parameter_servers": job.parameter_servers,
+        "initial_tokens": job.initial_tokens,
+        "chief_restart_policy": str(job.chief_restart_policy),
+        "model": job.model,
+        "training": job.training,
+        "metrics_port": job.metrics.port,
     }
 
 
@@ -318,7 +215,8 @@ def parse_config(env: Mapping[str, str]) -> ClusterConfig:
         except ValueError as err:
             raise ConfigError("SYNCREPLICAS_METRICS_PORT",
                               f"must be an integer, got {port_override!r}") from err
-        job["metrics_port"] = _int(port, "SYNCREPLICAS_METRICS_PORT", minimum=0, maximum=65535)
+        job["metrics_port"] = _int(port, "SYNCREPLICAS_METRICS_PORT", minimum=0,
+                                   maximum=resource.MAX_PORT)
     # The cluster spec and the job must describe the same shape.
     if len(cluster["ps"]) != job["parameter_servers"]:
         raise ConfigError("parameterServers", f"is {job['parameter_servers']} but "

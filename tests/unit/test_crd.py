@@ -25,10 +25,10 @@ import kubernetes_validate
 import pytest
 import yaml
 from celpy import celtypes
-from syncreplicas_api import types as api_types
 from jsonschema import validators
 from jsonschema.exceptions import ValidationError
 from openapi_schema_validator import OAS30Validator
+from syncreplicas_api import types as api_types
 from syncreplicas_operator import cli
 from syncreplicas_operator.core import naming, podtemplate, recovery, spec, tfconfig
 from syncreplicas_operator.core.enums import (
@@ -623,7 +623,8 @@ def test_enums_and_defaults_match_the_types() -> None:
     assert tuple(props["chiefRestartPolicy"]["enum"]) == tuple(ChiefRestartPolicy)
     assert props["model"]["properties"]["entrypoint"]["pattern"] == api_types.ENTRYPOINT.pattern
     assert training["checkpointDir"]["pattern"] == api_types.CHECKPOINT_DIR.pattern
-    assert props["model"]["properties"]["entrypoint"]["maxLength"] == api_types.MAX_ENTRYPOINT_LENGTH
+    entrypoint = props["model"]["properties"]["entrypoint"]
+    assert entrypoint["maxLength"] == api_types.MAX_ENTRYPOINT_LENGTH
     assert training["checkpointDir"]["maxLength"] == api_types.MAX_PATH_LENGTH
     assert props["image"]["maxLength"] == api_types.MAX_IMAGE_LENGTH
     assert props["workers"]["maximum"] == naming.MAX_WORKERS

@@ -203,16 +203,15 @@ def parse_job(manifest: object, *, default_namespace: str = "default") -> Job:
         if key not in ("apiVersion", "kind", "metadata", "spec", "status")
     ]
     if manifest.get("apiVersion") != naming.API_VERSION:
-        got = manifest.get("apiVersion")
-        problems.append(Problem("apiVersion", f"must be {naming.API_VERSION}, got {got!r}"))
+        version = manifest.get("apiVersion")
+        problems.append(Problem("apiVersion", f"must be {naming.API_VERSION}, got {version!r}"))
     if manifest.get("kind") != naming.KIND:
         problems.append(Problem("kind", f"must be {naming.KIND}, got {manifest.get('kind')!r}"))
     metadata = manifest.get("metadata")
     if not isinstance(metadata, Mapping):
         got = type_name(metadata)
-        problems.append(
-            Problem("metadata", "is required" if metadata is None else f"must be an object, got {got}")
-        )
+        reason = "is required" if metadata is None else f"must be an object, got {got}"
+        problems.append(Problem("metadata", reason))
         metadata = {}
     name = _metadata(metadata, "name", str, problems)
     if "name" not in metadata or metadata["name"] is None:
