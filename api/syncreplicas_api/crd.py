@@ -161,7 +161,7 @@ def _field_schema(model: type[BaseModel], field: FieldView, where: str) -> Schem
 def _in_spec(model: type[BaseModel]) -> bool:
     """Enum fields of the spec restate their values as a CEL rule (naming the field); the
     status's do not."""
-    return model.__module__.endswith(".types")
+    return not model.__module__.endswith(".status")
 
 
 def model_schema(model: type[BaseModel], where: str = "") -> Schema:

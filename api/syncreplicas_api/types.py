@@ -7,7 +7,6 @@ Python names are snake_case, the manifest's camelCase (aliases).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Final
 
 from pydantic import Field, model_validator
@@ -23,16 +22,21 @@ from .fields import (
     Int32,
     Int64,
     Number,
-    OpenModel,
     Rule,
     Str,
+)
+from .templates import (
+    MAX_IMAGE_LENGTH,
+    RUNTIME_OR_IMAGE,
+    PodTemplate,
+    RoleSpec,
+    as_dicts,
 )
 
 # Bounded strings keep the CEL rules' estimated cost small (the API server refuses rules
 # whose estimated cost is too high).
 MAX_ENTRYPOINT_LENGTH: Final = 253
 MAX_PATH_LENGTH: Final = 1024
-MAX_IMAGE_LENGTH: Final = 1024
 # A scheduler's name and a Volcano queue's name are object names (DNS subdomains).
 MAX_NAME_LENGTH: Final = 253
 
@@ -159,97 +163,6 @@ class MetricsSpec(ApiModel):
         le=resource.MAX_PORT,
         description="Metrics port (container port 'metrics'); 0 disables the endpoint and "
         "with it the readiness probe.",
-    )
-
-
-# --- pod templates (free-form but for their containers) ------------------------------------
-
-_POD_SPEC = (
-    "PodSpec. Only its containers are checked here; the rest is checked when the pods are "
-    "created."
-)
-
-
-class Container(OpenModel):
-    """A container (core/v1 Container)."""
-
-    name: Str = Field(
-        max_length=containers.MAX_CONTAINER_NAME_LENGTH,
-        description="The container's name (a DNS label), unique in the pod.",
-    )
-    image: Str | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_IMAGE_LENGTH,
-        description="Its image. The runtime's container defaults to spec.image (else the "
-        "operator's runtime image); a sidecar must set one.",
-    )
-
-
-def _dicts(items: Sequence[Container]) -> list[dict[str, Any]]:
-    return [{"name": c.name, "image": c.image} for c in items]
-
-
-_NAMES = str(list(containers.RUNTIME_CONTAINER_NAMES))
-
-
-def _sidecars_need_an_image(items: list[Container]) -> list[tuple[str, str]]:
-    not_runtime = "not named syncreplicas or tensorflow, nor the template's only container"
-    return [
-        (f"[{i}].image", f"is required: container {items[i].name!r} is a sidecar ({not_runtime})")
-        for i in containers.sidecars_without_image(_dicts(items))
-    ]
-
-
-_RUNTIME_OR_IMAGE = f"has(c.image) || c.name in {_NAMES}"
-TEMPLATE_CONTAINERS_RULE: Rule[list[Container]] = Rule(
-    f"size(self) == 1 || self.all(c, {_RUNTIME_OR_IMAGE})",
-    "spec.template.spec.containers: every sidecar needs an image (a container not named "
-    "syncreplicas or tensorflow, in a template with more than one)",
-    _sidecars_need_an_image,
-    message_expression="'spec.template.spec.containers[%d].image is required: the container "
-    "is a sidecar (not named syncreplicas or tensorflow, nor the only container of the "
-    f"template)'.format([self.map(c, size(self) == 1 || {_RUNTIME_OR_IMAGE}).indexOf(false)])",
-)
-
-
-class PodSpec(OpenModel):
-    containers: Annotated[list[Container], TEMPLATE_CONTAINERS_RULE] | None = Field(
-        None,
-        max_length=containers.MAX_CONTAINERS,
-        description="The runtime's container is every container named syncreplicas or "
-        "tensorflow (Kubeflow TFJob's name), or the only container; it is named syncreplicas "
-        "in the pods. Every other container is a sidecar, kept as it is, and needs an image.",
-    )
-
-
-class RolePodSpec(OpenModel):
-    containers: list[Container] | None = Field(
-        None,
-        max_length=containers.MAX_CONTAINERS,
-        description="Merged with spec.template's by name. The runtime's container is every "
-        "container named syncreplicas, tensorflow or like the runtime's container of "
-        "spec.template, or the only container when spec.template has none. Every other "
-        "container is a sidecar and needs an image, unless it is named like a container of "
-        "spec.template.",
-    )
-
-
-class PodTemplate(OpenModel):
-    spec: PodSpec | None = Field(None, description=_POD_SPEC)
-
-
-class RolePodTemplate(OpenModel):
-    spec: RolePodSpec | None = Field(None, description=_POD_SPEC)
-
-
-class RoleSpec(ApiModel):
-    """``spec.ps``, ``spec.chief``, ``spec.worker``: one role's overrides."""
-
-    template: RolePodTemplate | None = Field(
-        None,
-        description="PodTemplateSpec merged over spec.template (containers, volumes and env "
-        "by name).",
     )
 
 
@@ -463,7 +376,7 @@ def _role_sidecars_rule(role: str) -> Rule[JobSpec]:
     items = f"self.{role}.template.spec.containers"
     base = "self.template.spec.containers"
     runtime = (
-        f"{_RUNTIME_OR_IMAGE} || (has(self.template) && has(self.template.spec) && "
+        f"{RUNTIME_OR_IMAGE} || (has(self.template) && has(self.template.spec) && "
         f"has({base}) && size({base}) > 0 ? {base}.exists(b, b.name == c.name) : "
         f"size({items}) == 1)"
     )
@@ -484,7 +397,7 @@ def _role_sidecars_rule(role: str) -> Rule[JobSpec]:
         return [
             (f"{where}[{i}].image",
              f"is required: container {items[i].name!r} is a sidecar ({not_runtime})")
-            for i in containers.sidecars_without_image(_dicts(items), _dicts(base or []))
+            for i in containers.sidecars_without_image(as_dicts(items), as_dicts(base or []))
         ]  # fmt: skip
 
     return Rule(
