@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -10,6 +11,15 @@ import tensorflow as tf
 from ..cluster import ClusterConfig
 
 v1 = tf.compat.v1
+
+# gRPC channel options for every channel this process opens (TensorFlow reads the variable
+# once, when it makes its first channel; a value set by the user is kept). A replica whose
+# pod is replaced comes back under the same name with a new address, and a PS that still
+# dials the old one gets no answer at all (the address is gone): gRPC gives up a connect
+# after its minimum connect timeout (20 s by default) and only then resolves the name again.
+# 2 s and re-resolution at most once a second bring the PS to the new pod within seconds.
+GRPC_OPTIONS_ENV = "TF_GRPC_DEFAULT_OPTIONS"
+GRPC_OPTIONS = "grpc.min_reconnect_backoff_ms=2000,grpc.dns_min_time_between_resolutions_ms=1000"
 
 
 def cluster_spec(cfg: ClusterConfig) -> Any:
@@ -35,6 +45,7 @@ def coordinator_session_config() -> Any:
 
 def start_server(cfg: ClusterConfig) -> Any:
     """This process's gRPC server, bound to its own address's port on all interfaces."""
+    os.environ.setdefault(GRPC_OPTIONS_ENV, GRPC_OPTIONS)
     return tf.distribute.Server(cluster_spec(cfg), job_name=cfg.role, task_index=cfg.index,
                                 config=session_config(cfg), start=True)
 

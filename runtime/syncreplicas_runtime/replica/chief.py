@@ -29,7 +29,7 @@ from ..state.checkpoints import restore_or_initialize, save_checkpoint
 from ..state.snapshots import SnapshotStore, Snapshotter
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol
 from .steploop import EpochEnded, StepLoop, wait_for_phase
-from .worker import wait_for_epoch
+from .worker import LINK_RETRY_WINDOW, epoch_to_skip, wait_for_epoch
 
 FINISH_WAIT_SECONDS = 30.0
 
@@ -49,33 +49,44 @@ def run_chief(ctx: Context) -> int:
     store = SnapshotStore()  # the freshest snapshot, kept across this process's sync epochs
     first = True
     left: int | None = None
+    link_failures = 0
     while True:
         limit = (cfg.training.startup_timeout_seconds if first
                  else cfg.training.chief_lost_timeout_seconds)
-        # An epoch this chief left is joined again only while it is still being reset (the
-        # chief lost a PS while restoring): PS 0 waits for the chief in it.
+        # An epoch this chief left is joined again while it is still being reset (the chief
+        # lost a PS while restoring: PS 0 waits for the chief in it), or when only a link
+        # failed and PS 0 still runs it (worker.epoch_to_skip).
         state = wait_for_epoch(ctx, protocol, left, limit)
         if state.phase == Phase.DONE:
             return finished_before(ctx, state.global_step)
         epoch = state.epoch
+        joined = time.monotonic()
+        link_failed = False
         try:
             result = chief_epoch(ctx, protocol, epoch, store)
         except EpochEnded as why:  # "done": PS 0 ended training after an earlier last checkpoint
             result = "training ended" if str(why) == "done" else str(why)
         except PEER_ERRORS as err:
             protocol.reopen()
-            result = f"lost a PS ({type(err).__name__})"
+            result = f"lost a peer ({type(err).__name__})"
+            link_failed = True
         first = False
         if result == "done":
             return exitcodes.OK
         ctx.metrics.sync_resets.inc()
         ctx.set_ready(False)
-        ctx.log(f"left sync epoch {epoch:x}: {result}; rejoining")
-        try:
-            left = None if protocol.state().phase == Phase.RESETTING else epoch
-        except PEER_ERRORS:
-            protocol.reopen()
-            left = epoch
+        if link_failed:
+            link_failures = link_failures + 1 if time.monotonic() - joined < LINK_RETRY_WINDOW \
+                else 1
+            left = epoch_to_skip(protocol, epoch, link_failures)
+        else:
+            try:
+                left = None if protocol.state().phase == Phase.RESETTING else epoch
+            except PEER_ERRORS:
+                protocol.reopen()
+                left = epoch
+        ctx.log(f"left sync epoch {epoch:x}: {result}; "
+                f"{'rejoining it' if left is None else 'rejoining'}")
 
 
 def finished_before(ctx: Context, global_step: int | None) -> int:

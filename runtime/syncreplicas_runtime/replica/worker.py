@@ -15,6 +15,9 @@ from ..process.sessions import close_quietly, open_session
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, SyncState
 from .steploop import EpochEnded, StepLoop, wait_for_phase
 
+# The phases in which a replica may join an epoch.
+JOINABLE = (Phase.RESETTING, Phase.GATHERING, Phase.RUNNING)
+
 
 def run_worker(ctx: Context) -> int:
     cfg = ctx.cfg
@@ -29,6 +32,7 @@ def run_worker(ctx: Context) -> int:
     start_watchdog(ctx)
     left: int | None = None
     first = True
+    link_failures = 0
     while True:
         limit = (cfg.training.startup_timeout_seconds if first
                  else cfg.training.chief_lost_timeout_seconds)
@@ -37,17 +41,55 @@ def run_worker(ctx: Context) -> int:
             return finish_worker(ctx, protocol)
         first = False
         epoch = state.epoch
+        joined = time.monotonic()
         try:
             result = train_epoch(ctx, protocol, epoch)
+            left = epoch
         except EpochEnded as why:
-            result = str(why)
+            result, left = str(why), epoch
+        except PEER_ERRORS as err:
+            protocol.reopen()
+            link_failures = link_failures + 1 if time.monotonic() - joined < LINK_RETRY_WINDOW \
+                else 1
+            left = epoch_to_skip(protocol, epoch, link_failures)
+            result = f"lost a peer ({type(err).__name__})"
         if result == "done":
             return finish_worker(ctx, protocol)
         ctx.metrics.sync_resets.inc()
         ctx.set_ready(False)
-        ctx.log(f"left sync epoch {epoch:x}: {result}; rejoining")
-        left = epoch
+        ctx.log(f"left sync epoch {epoch:x}: {result}; "
+                f"{'rejoining it' if left is None else 'rejoining'}")
         ctx.progress()
+
+
+# A replica whose link to a peer failed rejoins the same epoch (epoch_to_skip) at most this
+# many times in a row, each failing within LINK_RETRY_WINDOW s of joining, then waits for a
+# new epoch like a replica that lost a PS.
+LINK_RETRIES = 5
+LINK_RETRY_WINDOW = 60.0
+LINK_RETRY_PAUSE = 1.0
+
+
+def epoch_to_skip(protocol: SyncProtocol, epoch: int, failures: int) -> int | None:
+    """After a peer error in ``epoch``: the epoch not to join again.
+
+    None (join it again) when every PS answers and PS 0 still runs ``epoch``: the link
+    failed, not a PS. Typically a PS still dials the address this replica's pod had before
+    it was replaced, until gRPC resolves the name again (process/sessions.py). Otherwise
+    ``epoch``: a PS was lost and PS 0 opens a new epoch once it has one again.
+    """
+    if failures > LINK_RETRIES:
+        return epoch
+    try:
+        protocol.probe()
+        state = protocol.state()
+    except PEER_ERRORS:
+        protocol.reopen()
+        return epoch
+    if state.epoch != epoch or state.phase not in JOINABLE:
+        return epoch
+    time.sleep(LINK_RETRY_PAUSE)
+    return None
 
 
 def wait_for_epoch(ctx: Context, protocol: SyncProtocol, left: int | None,
@@ -55,12 +97,11 @@ def wait_for_epoch(ctx: Context, protocol: SyncProtocol, left: int | None,
     """The next sync epoch to join (not ``left``), or the DONE state."""
     deadline = time.monotonic() + limit
     ctx.watchdog_armed = False  # this wait has its own bound
-    joinable = (Phase.RESETTING, Phase.GATHERING, Phase.RUNNING)
     while True:
         try:
             state = protocol.state()
             if state.initialized and (state.phase == Phase.DONE or (
-                    state.phase in joinable and state.epoch not in (0, left))):
+                    state.phase in JOINABLE and state.epoch not in (0, left))):
                 return state
         except PEER_ERRORS:
             protocol.reopen()
@@ -92,9 +133,6 @@ def train_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
     except tf.errors.OutOfRangeError:
         state = protocol.state()
         return "done" if state.phase == Phase.DONE else "its token queue was closed"
-    except PEER_ERRORS as err:
-        protocol.reopen()
-        return f"lost a PS ({type(err).__name__})"
     finally:
         ctx.watchdog_armed = False
         close_quietly(sess)
