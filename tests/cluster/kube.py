@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -139,3 +140,16 @@ def runtime_processes(namespace: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def kill_in_place(namespace: str, pod_name: str, sig: int = signal.SIGKILL) -> None:
+    """Signal the process of a pod's first container from the node (SIGKILL: as the OOM
+    killer would); the pod stays, so the kubelet restarts the container in place or the
+    pod fails, by its restartPolicy."""
+    item = kubectl_json("get", "pod", pod_name, "-n", namespace)
+    container = item["status"]["containerStatuses"][0]["containerID"]
+    task = container.split("://", 1)[1]
+    out = run("ctr", "--address", str(node.CONTAINERD_SOCK), "-n", "k8s.io", "tasks",
+              "ls").stdout  # fmt: skip
+    (pid,) = [int(line.split()[1]) for line in out.splitlines() if line.startswith(task)]
+    os.kill(pid, sig)

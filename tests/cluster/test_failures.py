@@ -11,9 +11,7 @@ worker kept away for a while, the job Degraded: test_monitoring.py, with its ale
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import time
 from typing import Any
 
@@ -25,7 +23,6 @@ from tests.cluster import kube
 JOB = "faults"
 SELECTOR = f"syncreplicas.io/job-name={JOB}"
 NODE = "syncreplicas-node"
-CONTAINERD = str(kube.node.CONTAINERD_SOCK)
 SNAPSHOT_EVERY = 10
 
 
@@ -96,15 +93,6 @@ def now_rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
 
 
-def kill_in_place(namespace: str, name: str) -> None:
-    """SIGKILL the replica's process from the node, as the OOM killer would."""
-    container = pod(namespace, name)["status"]["containerStatuses"][0]["containerID"]
-    task = container.split("://", 1)[1]
-    out = kube.run("ctr", "--address", CONTAINERD, "-n", "k8s.io", "tasks", "ls").stdout
-    (pid,) = [int(line.split()[1]) for line in out.splitlines() if line.startswith(task)]
-    os.kill(pid, signal.SIGKILL)
-
-
 def advancing(namespace: str, pod_name: str, seconds: float = 3.0) -> bool:
     before = step_of(namespace, pod_name)
     time.sleep(seconds)
@@ -121,7 +109,7 @@ def test_a_job_survives_a_killed_worker_a_deleted_chief_ps_and_operator(namespac
 
         # 1. A worker's process killed in its container: the kubelet restarts it in place.
         since = now_rfc3339()
-        kill_in_place(namespace, "worker-1")
+        kube.kill_in_place(namespace, f"{JOB}-worker-1")
         kube.eventually("the kubelet restarts worker-1 in place", lambda: pod(
             namespace, "worker-1")["status"]["containerStatuses"][0]["restartCount"] == 1
             and ready(namespace, "worker-1"), 120)  # fmt: skip

@@ -8,7 +8,12 @@ The cause: a worker of a job with `minReplicasToAggregate` < R is kept away (its
 deleted, its replacement unschedulable: the node is tainted). The job goes on at R-1 and
 is `Degraded` (condition and Event in `kubectl describe srj`), `SyncReplicasDegraded`
 fires; the worker comes back, R returns, the condition clears and the alert resolves.
-Alerts are evaluated with their `for:` cut to seconds (the rules are otherwise the
+A second job, under `restartPolicy: ExitCode`, loses its chief three times (pod deleted;
+the backup keeps the global step moving): `SyncReplicasChiefRestartingRepeatedly` fires,
+and resolves once the restarts stop. On the way, a worker killed by a signal (a retryable
+exit under ExitCode) gets a new pod from the operator, counted once against
+`backoffLimit`. Alerts are evaluated with their `for:` cut to seconds and the chief-restart
+alert's windows scaled from 15 min / 1 h to 30 s / 3 min (the rules are otherwise the
 chart's file). One PNG per dashboard row, drawn from the same queries over the run, goes
 to reports/cluster-dashboard/ for a person to look at.
 """
@@ -27,7 +32,17 @@ import pytest
 import yaml
 
 from tests.cluster import kube
-from tests.cluster.test_failures import JOB, NODE, advancing, job, pod, status, step_of
+from tests.cluster.test_failures import (
+    JOB,
+    NODE,
+    advancing,
+    job,
+    metrics,
+    pod,
+    sample,
+    status,
+    step_of,
+)
 
 sys.path.insert(0, str(kube.REPO / "tests" / "chart"))
 from chartlib import ALERTS_FILE, Prometheus
@@ -67,8 +82,10 @@ def prometheus_config(rules: Path) -> dict[str, Any]:
 
 
 def quick_rules(path: Path) -> Path:
-    """The chart's alerts with every `for:` cut to 5 s."""
+    """The chart's alerts with every `for:` cut to 5 s and the chief-restart windows
+    (15 min, offset 1 h: the only ones that long) to 30 s and 3 min."""
     text = re.sub(r"^(\s+for:) .*$", r"\1 5s", ALERTS_FILE.read_text(), flags=re.MULTILINE)
+    text = text.replace("[15m]", "[30s]").replace("offset 1h", "offset 3m")
     path.write_text(text)
     return path
 
@@ -129,6 +146,70 @@ def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: Prom
         time.sleep(5)  # a few scrapes of the whole job again
         results = _check_dashboard(prometheus, namespace, started, time.time())
         _draw_rows(results, started)
+    except AssertionError as error:
+        described = kube.describe(namespace, "srj", JOB)
+        raise AssertionError(f"{error}\n{described}\n{prometheus.log()[-2000:]}") from error
+
+
+def uid(namespace: str, replica: str) -> str:
+    return str(pod(namespace, replica)["metadata"]["uid"])
+
+
+def replaced_and_ready(namespace: str, replica: str, old_uid: str) -> bool:
+    item = pod(namespace, replica)
+    return item["metadata"]["uid"] != old_uid and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in item["status"].get("conditions", [])
+    )
+
+
+def chief_restarts(namespace: str) -> float | None:
+    return sample(metrics(namespace, f"{JOB}-chief-0"), "syncreplicas_chief_restarts_total")
+
+
+@pytest.mark.timeout(900)
+def test_chief_restarting_repeatedly_alert_and_exit_code_restarts(
+    namespace: str, prometheus: Prometheus
+) -> None:
+    manifest = job(workers=2, replicasToAggregate=2)  # one backup replica
+    manifest["spec"]["runPolicy"] = {"restartPolicy": "ExitCode", "backoffLimit": 3}
+    manifest["spec"]["training"].update({"maxSteps": 100000, "checkpointEverySteps": 100})
+    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    try:
+        kube.eventually("training passes step 50",
+                        lambda: step_of(namespace, f"{JOB}-worker-0") >= 50, 180)
+        # ExitCode: pods are not restarted in place (restartPolicy Never); a signal's exit
+        # (137) is retryable, so the operator replaces the pod and counts it once.
+        old = uid(namespace, "worker-1")
+        kube.kill_in_place(namespace, f"{JOB}-worker-1")
+        kube.eventually("the operator replaces worker-1's pod",
+                        lambda: replaced_and_ready(namespace, "worker-1", old), 120)
+        assert pod(namespace, "worker-1")["status"]["containerStatuses"][0]["restartCount"] == 0
+        kube.eventually("the replacement is counted", lambda: status(namespace).get(
+            "replicaStatuses", {}).get("worker", {}).get("restarts") == 1, 60)  # fmt: skip
+
+        # The chief's pod deleted three times in a row: the alert fires.
+        times = []
+        for n in (1, 2, 3):
+            old = uid(namespace, "chief-0")
+            started = time.monotonic()
+            kube.kubectl("delete", "pod", f"{JOB}-chief-0", "-n", namespace, "--wait=false")
+            kube.eventually(f"chief replacement {n} rejoins",
+                            lambda n=n, old=old: replaced_and_ready(namespace, "chief-0", old)
+                            and chief_restarts(namespace) == n, 180)  # fmt: skip
+            times.append(time.monotonic() - started)
+        assert advancing(namespace, f"{JOB}-chief-0"), "training goes on"
+        kube.eventually("SyncReplicasChiefRestartingRepeatedly fires", lambda: alert_state(
+            prometheus, "SyncReplicasChiefRestartingRepeatedly", namespace) == "firing",
+            120)  # fmt: skip
+        print(f"chief deleted -> replacement rejoined: {', '.join(f'{t:.0f}' for t in times)} s")
+        # A deleted pod is not a failure of the replica: nothing counted against the budget.
+        counts = status(namespace)["replicaStatuses"]
+        assert counts["chief"]["restarts"] == 0 and counts["worker"]["restarts"] == 1, counts
+        assert not kube.condition(kube.kubectl_json("get", "srj", JOB, "-n", namespace),
+                                  "Failed")  # fmt: skip
+        kube.eventually("the alert resolves once the restarts stop", lambda: alert_state(
+            prometheus, "SyncReplicasChiefRestartingRepeatedly", namespace) == "inactive",
+            360)  # fmt: skip
     except AssertionError as error:
         described = kube.describe(namespace, "srj", JOB)
         raise AssertionError(f"{error}\n{described}\n{prometheus.log()[-2000:]}") from error
