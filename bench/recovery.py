@@ -23,6 +23,14 @@ is started again; one that exits 0 stays gone, as on Kubernetes. Per kill:
   or unreadable (0: it never was; a lost PS stops updates rather than lowering R);
 - all back: kill -> ``syncreplicas_live_replicas`` back at every replica.
 
+With ``--cluster`` the same three failures also hit a job on the real single-node cluster
+of `make cluster` (bench/_kuberun.py), each series right after its local twin: the chief's
+and the PS's pods deleted (``kubectl delete pod``: SIGTERM, the operator creates the
+successor, a new pod with a new IP under the same name), a worker's process SIGKILLed in
+its container (the kubelet restarts it in place, with its crash-loop back-off). Steps and
+epoch lines come from the kubelet's container logs (stamped when written), gauges from the
+pods' own addresses; Kubernetes does every restart.
+
 Then the steady-state cost of snapshots: global steps/s with snapshotEverySteps 10 vs 0
 (1 PS, chief + 2 workers, R = 3), clusters started alternately, medians of
 ``--cost-repeats``. Not a test.
@@ -30,6 +38,8 @@ Then the steady-state cost of snapshots: global steps/s with snapshotEverySteps 
     .venv/bin/python bench/recovery.py              # 10 kills per scenario, 3 cost repeats
     .venv/bin/python bench/recovery.py --quick      # 2 kills, 5 s windows, 1 cost repeat
     .venv/bin/python bench/recovery.py --only ps    # one scenario (see --help)
+    make cluster && .venv/bin/python bench/recovery.py --cluster --kills 5 --only chief \
+        --only worker --only ps    # local and cluster side by side
 """
 
 from __future__ import annotations
@@ -44,7 +54,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +80,7 @@ class Scenario:
     min_r: int | None = None
     snapshot_every: int | None = None  # None: the runtime's default
     system: str = "ours"  # ours | stock
+    where: str = "local"  # local | cluster
     target: str = ""
     met: Callable[[list[Kill]], bool] | None = None
 
@@ -124,6 +135,14 @@ SCENARIOS = [
              snapshot_every=0, target=f"- (rollback to the checkpoint, every {CKPT_EVERY})"),
     Scenario("stock", "stock: chief kill, 1 backup", "chief", workers=3, system="stock",
              target="- (comparison)"),
+]
+# The same failures on the real cluster, as Kubernetes delivers them.
+SCENARIOS += [
+    replace(sc, key=f"cluster-{sc.key}", where="cluster", name={
+        "chief": "cluster: chief pod deleted, 1 backup",
+        "worker": "cluster: worker killed in its container, min R = R-1",
+        "ps": f"cluster: PS pod deleted, snapshots every {SNAPSHOT_EVERY}"}[sc.key])
+    for sc in SCENARIOS if sc.key in ("chief", "worker", "ps")
 ]
 KEYS = [s.key for s in SCENARIOS]
 
@@ -214,7 +233,7 @@ def pick(sc: Scenario, rng: random.Random) -> tuple[str, int]:
 
 
 def one_kill(sup: Supervisor, run: Any, sc: Scenario, opts: argparse.Namespace,
-             task: tuple[str, int], address: str) -> Kill:
+             task: tuple[str, int], is_up: Callable[[], bool]) -> Kill:
     total = 1 + sc.workers
     t_kill = time.time()
     g_before = sup.last_step(t_kill)
@@ -227,7 +246,7 @@ def one_kill(sup: Supervisor, run: Any, sc: Scenario, opts: argparse.Namespace,
     deadline = t_kill + opts.recovery_timeout
     while time.time() < deadline:
         sup.sleep(0.05)
-        if t_up is None and _cluster.port_open(address):
+        if t_up is None and is_up():
             t_up = time.time()
         if time.time() < t_kill + opts.window or t_up is None:
             continue
@@ -277,9 +296,27 @@ def one_kill(sup: Supervisor, run: Any, sc: Scenario, opts: argparse.Namespace,
     return kill
 
 
-def start_run(sc: Scenario, workdir: Path) -> tuple[Any, Callable[[tuple[str, int]], str], Any]:
-    """(run, address of a task, restart) for one scenario's cluster, started."""
+def ours_spec(sc: Scenario, ckpt: str) -> dict[str, Any]:
+    """The job of one of our scenarios (the same locally and on the cluster)."""
+    return _ours.job(R, 10**9, checkpoint_dir=ckpt, checkpoint_every_steps=CKPT_EVERY,
+                     parameter_servers=sc.ps, min_replicas_to_aggregate=sc.min_r,
+                     snapshot_every_steps=sc.snapshot_every,
+                     # the model spread over both PS, so that either one's loss loses some
+                     pack_min_bytes_per_ps=0 if sc.kind == "ps" else None)
+
+
+def start_run(sc: Scenario, workdir: Path) -> tuple[Any, Callable[[tuple[str, int]], bool], Any]:
+    """(run, is a task's server up, restart) for one scenario's cluster, started."""
     ckpt = str(workdir / "ckpt")
+    if sc.where == "cluster":
+        import _kuberun
+
+        _kuberun.wait_cluster()
+        kube_run = _kuberun.KubeRun(namespace=f"bench-recovery-{sc.kind}", name="recovery")
+        spec = ours_spec(sc, "/var/lib/syncreplicas/checkpoints")
+        spec["workers"] = sc.workers
+        kube_run.start(spec)
+        return kube_run, kube_run.is_up, kube_run.restart
     if sc.system == "stock":
         spec = _cluster.cluster_spec(sc.ps, sc.workers)
         extra = [f"--checkpoint-dir={ckpt}", f"--checkpoint-every-steps={CKPT_EVERY}"]
@@ -287,14 +324,14 @@ def start_run(sc: Scenario, workdir: Path) -> tuple[Any, Callable[[tuple[str, in
         run: Any = _cluster.LocalCluster(spec, command, workdir)
         run.__enter__()
         run.start_all()
-        return run, run.address, run.start
+        return run, lambda t: _cluster.port_open(run.address(t)), run.start
     run = _ours.start(workers=sc.workers, replicas_to_aggregate=R, max_steps=10**9,
                       workdir=workdir, metrics=True, checkpoint_dir=ckpt,
                       checkpoint_every_steps=CKPT_EVERY, ps=sc.ps,
                       min_replicas_to_aggregate=sc.min_r, snapshot_every_steps=sc.snapshot_every,
                       # the model spread over both PS, so that either one's loss loses some
                       pack_min_bytes_per_ps=0 if sc.kind == "ps" else None)
-    return run, lambda t: run.cluster.replica(*t).grpc_address, run.restart
+    return run, lambda t: _cluster.port_open(run.cluster.replica(*t).grpc_address), run.restart
 
 
 def wait_training(sup: Supervisor, replicas: int, timeout: float) -> str:
@@ -308,7 +345,7 @@ def wait_training(sup: Supervisor, replicas: int, timeout: float) -> str:
 
 def run_series(sc: Scenario, opts: argparse.Namespace, workdir: Path) -> Series:
     series = Series(sc)
-    run, address, restart = start_run(sc, workdir)
+    run, is_up, restart = start_run(sc, workdir)
     rng = random.Random(opts.seed)
     try:
         sup = Supervisor(run, series, restart, ours=sc.system == "ours")
@@ -316,7 +353,7 @@ def run_series(sc: Scenario, opts: argparse.Namespace, workdir: Path) -> Series:
         for i in range(opts.kills):
             sup.sleep(rng.uniform(opts.window + 1, opts.window + 5))
             task = pick(sc, rng)
-            kill = one_kill(sup, run, sc, opts, task, address(task))
+            kill = one_kill(sup, run, sc, opts, task, lambda t=task: is_up(t))
             series.kills.append(kill)
             print(f"  {sc.key:<15} kill {i + 1:>2} {kill.replica:<8} at step {kill.g_before:>6}: "
                   f"rate {obs.fmt(kill.ratio, '.2f', 'x')} "
@@ -328,9 +365,15 @@ def run_series(sc: Scenario, opts: argparse.Namespace, workdir: Path) -> Series:
             if kill.first_step_s is None and kill.rate_after == 0:
                 series.events["no progress: series stopped"] += 1
                 break
+        if sc.where == "cluster":
+            for kind, n in sorted(run.restarts().items()):
+                if n:
+                    series.events[f"status.replicaStatuses.{kind}.restarts"] = n
     finally:
         if sc.system == "stock":
             run.close()
+        elif sc.where == "cluster":
+            run.stop()
         else:
             run.cluster.stop()
     return series
@@ -420,6 +463,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--only", choices=[*KEYS, "cost"], action="append",
                    help="run only these (repeatable); default: every scenario and the cost")
+    p.add_argument("--cluster", action="store_true",
+                   help="also the cluster-* scenarios, each right after its local twin "
+                        "(needs `make cluster`)")
     p.add_argument("--keep-logs", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
@@ -432,6 +478,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     only = opts.only or [*KEYS, "cost"]
+    if opts.cluster:
+        only = [*only, *(f"cluster-{k}" for k in only if f"cluster-{k}" in KEYS)]
+    else:
+        only = [k for k in only if not k.startswith("cluster-") or opts.only]
     root = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     started = datetime.datetime.now(datetime.UTC)
     print(f"# bench/recovery.py {' '.join(sys.argv[1:])}  ({started:%Y-%m-%d %H:%M} UTC)")
@@ -440,7 +490,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     cost = ""
     try:
-        for sc in SCENARIOS:
+        # Each cluster scenario right after its local twin.
+        order = sorted(SCENARIOS, key=lambda sc: KEYS.index(sc.key.removeprefix("cluster-")))
+        for sc in order:
             if sc.key not in only:
                 continue
             try:

@@ -1,0 +1,168 @@
+"""A job on the real cluster of `make cluster`, seen the way bench/recovery.py sees local
+processes: step events, the chief's epoch lines, PS 0's gauges, and failures delivered as
+Kubernetes delivers them.
+
+- Step events and epoch lines come from the container logs the kubelet writes on this node
+  (``/var/log/pods/<namespace>_<pod>_<uid>/<container>/<restart>.log``), each line stamped
+  by the container runtime when it was written: no clock of the harness in between.
+- Gauges are scraped from the pod's own address (this machine is the node: pod IPs are
+  routed here), found again after a pod is replaced.
+- ``kill``: a chief or PS pod is deleted (``kubectl delete pod``: SIGTERM, the operator
+  creates its successor with a new IP under the same name); a worker's process is SIGKILLed
+  in its container (the kubelet restarts it in place: restartPolicy OnFailure).
+  Kubernetes restarts everything: ``restart`` and ``poll`` have nothing to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import socket
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import _observe as obs
+import _ours
+import yaml
+
+from tests.cluster import kube
+from tests.support import tfcluster
+
+POD_LOGS = Path("/var/log/pods")
+GRPC_PORT, METRICS_PORT = 2222, 9090
+
+
+def manifest(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A SyncReplicasJob for ``spec`` (bench/_ours.py's job with the shape filled in): pods
+    restarted in place on failure, with a budget no benchmark spends."""
+    return {
+        "apiVersion": "syncreplicas.io/v1alpha1",
+        "kind": "SyncReplicasJob",
+        "metadata": {"name": name},
+        "spec": {**spec, "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 1000}},
+    }
+
+
+def cri_line(line: str) -> tuple[float, str] | None:
+    """(unix time, message) of one complete line of a CRI container log."""
+    stamp, _, rest = line.partition(" ")
+    _stream, _, rest = rest.partition(" ")
+    tag, _, message = rest.partition(" ")
+    if tag != "F":
+        return None  # a partial line: runtime lines are short, none are split
+    try:
+        head, _, frac = stamp.rstrip("Z").partition(".")
+        t = datetime.datetime.fromisoformat(head).replace(tzinfo=datetime.UTC).timestamp()
+    except ValueError:
+        return None
+    return t + float(f"0.{frac or 0}"), message
+
+
+@dataclass
+class KubeRun:
+    """One job in its own namespace, started by :meth:`start`, gone after :meth:`stop`."""
+
+    namespace: str
+    name: str
+    tails: dict[Path, obs.LogTail] = field(default_factory=dict)
+    epochs: list[_ours.EpochEvent] = field(default_factory=list)
+    ips: dict[str, str] = field(default_factory=dict)
+
+    def start(self, spec: dict[str, Any]) -> None:
+        kube.kubectl("delete", "namespace", self.namespace, "--ignore-not-found",
+                     "--timeout=180s", timeout=200)  # fmt: skip
+        kube.kubectl("create", "namespace", self.namespace)
+        kube.kubectl("apply", "-n", self.namespace, "-f", "-",
+                     input=yaml.safe_dump(manifest(self.name, spec)))  # fmt: skip
+
+    def stop(self) -> None:
+        kube.kubectl("delete", "namespace", self.namespace, "--timeout=180s", check=False,
+                     timeout=200)  # fmt: skip
+
+    def pod(self, task: tuple[str, int]) -> str:
+        return f"{self.name}-{task[0]}-{task[1]}"
+
+    # -- what bench/recovery.py's Supervisor reads ---------------------------------------
+
+    def events(self) -> list[obs.StepEvent]:
+        out: list[obs.StepEvent] = []
+        for path in sorted(POD_LOGS.glob(f"{self.namespace}_{self.name}-*/*/*.log")):
+            tail = self.tails.setdefault(path, obs.LogTail(path))
+            for line in tail.new_lines():
+                parsed = cri_line(line)
+                if parsed is None:
+                    continue
+                t, message = parsed
+                out.extend(obs.StepEvent(t, e.replica, e.global_step)
+                           for e in _ours.step_events([message], t))  # fmt: skip
+                m = _ours.EPOCH_RE.search(message)
+                if m:
+                    self.epochs.append(_ours.EpochEvent(t, m[1], int(m[2])))
+        self.epochs.sort(key=lambda e: e.t)
+        return out
+
+    def ip(self, task: tuple[str, int], fresh: bool = False) -> str | None:
+        key = self.pod(task)
+        if fresh or key not in self.ips:
+            found = kube.kubectl("get", "pod", key, "-n", self.namespace, "-o",
+                                 "jsonpath={.status.podIP}", check=False, timeout=10)  # fmt: skip
+            if found.returncode != 0 or not found.stdout.strip():
+                self.ips.pop(key, None)
+                return None
+            self.ips[key] = found.stdout.strip()
+        return self.ips[key]
+
+    def gauge(self, role: str, index: int, name: str) -> float | None:
+        """One metric of one replica now (None when it cannot be scraped)."""
+        for fresh in (False, True):
+            ip = self.ip((role, index), fresh)
+            if ip is None:
+                continue
+            try:
+                with urllib.request.urlopen(f"http://{ip}:{METRICS_PORT}/metrics",
+                                            timeout=1) as response:  # fmt: skip
+                    return tfcluster.metric_value(response.read().decode(), name)
+            except OSError:
+                continue
+        return None
+
+    def poll(self) -> dict[tuple[str, int], int | None]:
+        return {}
+
+    def kill(self, task: tuple[str, int], sig: int | None = None) -> None:
+        """``sig`` is the local harness's; Kubernetes delivers its own (see above)."""
+        if task[0] == "worker":
+            kube.kill_in_place(self.namespace, self.pod(task))
+        else:
+            kube.kubectl("delete", "pod", self.pod(task), "-n", self.namespace, "--wait=false")
+
+    def restart(self, task: tuple[str, int]) -> None:
+        """Kubernetes restarts it (the kubelet in place, or the operator a new pod)."""
+
+    def is_up(self, task: tuple[str, int]) -> bool:
+        """The replica's gRPC port answers at its pod's current address."""
+        ip = self.ip(task, fresh=True)
+        if ip is None:
+            return False
+        with contextlib.suppress(OSError), socket.create_connection((ip, GRPC_PORT), 0.5):
+            return True
+        return False
+
+    def restarts(self) -> dict[str, int]:
+        """Container restarts and pod replacements so far, per replica type (the job's
+        status)."""
+        srj = kube.kubectl_json("get", "srj", self.name, "-n", self.namespace)
+        return {kind: int(counts.get("restarts", 0)) for kind, counts in
+                srj.get("status", {}).get("replicaStatuses", {}).items()}  # fmt: skip
+
+
+def wait_cluster(timeout: float = 60) -> None:
+    """Fail unless `make cluster` is up (with images loaded and the chart installed)."""
+    deadline = time.monotonic() + timeout
+    while not kube.is_up():
+        if time.monotonic() > deadline:
+            raise RuntimeError("no cluster: run `make cluster` first")
+        time.sleep(1)
