@@ -51,7 +51,7 @@ def job(
     checkpoint_dir: str = "",
     checkpoint_every_steps: int = 100,
     batch_size: int = 32,
-    chief_lost_timeout: float = 120.0,
+    chief_lost_timeout: int = 120,
     parameter_servers: int = 1,
     pack_variables: bool = True,
     model_args: Mapping[str, Any] | None = None,

@@ -121,7 +121,7 @@ def test_keras_tf_data_model_survives_chief_and_ps_kills(tmp_path: Path) -> None
         training__learningRate=LR, training__batchSize=BATCH, training__maxSteps=STEPS,
         training__checkpointDir=str(ckpt), training__checkpointEverySteps=10,
         training__logEverySteps=10, training__startupTimeoutSeconds=int(HANG_GUARD),
-        training__chiefLostTimeoutSeconds=HANG_GUARD,
+        training__chiefLostTimeoutSeconds=int(HANG_GUARD),
         training__packMinBytesPerPS=0)  # the layers spread over both PS: PS 1 holds some
     env = {**runtime_env(), "SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "40"}
     with start_cluster(job, workers=1, ps=2, workdir=tmp_path, env=env) as cluster:
