@@ -29,7 +29,7 @@ from ..state.checkpoints import restore_or_initialize, save_checkpoint
 from ..state.snapshots import SnapshotStore, Snapshotter
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol
 from .steploop import EpochEnded, StepLoop, wait_for_phase
-from .worker import LINK_RETRY_WINDOW, epoch_to_skip, wait_for_epoch
+from .worker import LinkFailures, wait_for_epoch
 
 FINISH_WAIT_SECONDS = 30.0
 
@@ -49,7 +49,7 @@ def run_chief(ctx: Context) -> int:
     store = SnapshotStore()  # the freshest snapshot, kept across this process's sync epochs
     first = True
     left: int | None = None
-    link_failures = 0
+    links = LinkFailures()
     while True:
         limit = (cfg.training.startup_timeout_seconds if first
                  else cfg.training.chief_lost_timeout_seconds)
@@ -76,9 +76,7 @@ def run_chief(ctx: Context) -> int:
         ctx.metrics.sync_resets.inc()
         ctx.set_ready(False)
         if link_failed:
-            link_failures = link_failures + 1 if time.monotonic() - joined < LINK_RETRY_WINDOW \
-                else 1
-            left = epoch_to_skip(protocol, epoch, link_failures)
+            left = links.epoch_to_skip(protocol, epoch, joined)
         else:
             try:
                 left = None if protocol.state().phase == Phase.RESETTING else epoch

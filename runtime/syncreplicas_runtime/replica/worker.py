@@ -32,7 +32,7 @@ def run_worker(ctx: Context) -> int:
     start_watchdog(ctx)
     left: int | None = None
     first = True
-    link_failures = 0
+    links = LinkFailures()
     while True:
         limit = (cfg.training.startup_timeout_seconds if first
                  else cfg.training.chief_lost_timeout_seconds)
@@ -49,9 +49,7 @@ def run_worker(ctx: Context) -> int:
             result, left = str(why), epoch
         except PEER_ERRORS as err:
             protocol.reopen()
-            link_failures = link_failures + 1 if time.monotonic() - joined < LINK_RETRY_WINDOW \
-                else 1
-            left = epoch_to_skip(protocol, epoch, link_failures)
+            left = links.epoch_to_skip(protocol, epoch, joined)
             result = f"lost a peer ({type(err).__name__})"
         if result == "done":
             return finish_worker(ctx, protocol)
@@ -70,8 +68,23 @@ LINK_RETRY_WINDOW = 60.0
 LINK_RETRY_PAUSE = 1.0
 
 
+class LinkFailures:
+    """A replica's peer errors in a row, each within LINK_RETRY_WINDOW s of joining."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def epoch_to_skip(self, protocol: SyncProtocol, epoch: int, joined: float) -> int | None:
+        """The epoch not to join again after a peer error in ``epoch`` joined at ``joined``
+        (time.monotonic)."""
+        quick = time.monotonic() - joined < LINK_RETRY_WINDOW
+        self.count = self.count + 1 if quick else 1
+        return epoch_to_skip(protocol, epoch, self.count)
+
+
 def epoch_to_skip(protocol: SyncProtocol, epoch: int, failures: int) -> int | None:
-    """After a peer error in ``epoch``: the epoch not to join again.
+    """After a peer error in ``epoch`` (the ``failures``-th in a row): the epoch not to join
+    again.
 
     None (join it again) when every PS answers and PS 0 still runs ``epoch``: the link
     failed, not a PS. Typically a PS still dials the address this replica's pod had before
