@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from .. import exitcodes
 from ..graph.training import TrainingGraph, build_epoch_graph
-from ..phases import Phase, ReplicaPhase
+from ..phases import Phase
 from ..process.context import Context
 from ..process.exits import Exit
 from ..process.sessions import close_quietly, open_session
@@ -29,7 +29,7 @@ from ..state.checkpoints import restore_or_initialize, save_checkpoint
 from ..state.snapshots import SnapshotStore, Snapshotter
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol
 from .steploop import EpochEnded, StepLoop, wait_for_phase
-from .worker import LinkFailures, wait_for_epoch
+from .worker import LinkFailures, reach_ps, wait_for_epoch
 
 FINISH_WAIT_SECONDS = 30.0
 
@@ -37,14 +37,7 @@ FINISH_WAIT_SECONDS = 30.0
 def run_chief(ctx: Context) -> int:
     cfg = ctx.cfg
     ctx.metrics.add_chief()
-    protocol = SyncProtocol(cfg, ctx.server.target)
-    ctx.set_phase(ReplicaPhase.WAITING_FOR_PS)
-    try:
-        protocol.wait_for_ps(time.monotonic() + cfg.training.startup_timeout_seconds)
-    except PEER_ERRORS as err:
-        raise Exit(exitcodes.UNREACHABLE, f"PS not reachable within "
-                   f"{cfg.training.startup_timeout_seconds:.0f}s: {type(err).__name__}") from err
-    ctx.set_phase(ReplicaPhase.GATHERING)
+    protocol = reach_ps(ctx)
     signal.signal(signal.SIGTERM, lambda *_: graceful_stop(ctx))
     store = SnapshotStore()  # the freshest snapshot, kept across this process's sync epochs
     first = True

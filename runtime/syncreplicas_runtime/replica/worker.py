@@ -21,14 +21,7 @@ JOINABLE = (Phase.RESETTING, Phase.GATHERING, Phase.RUNNING)
 
 def run_worker(ctx: Context) -> int:
     cfg = ctx.cfg
-    protocol = SyncProtocol(cfg, ctx.server.target)
-    ctx.set_phase(ReplicaPhase.WAITING_FOR_PS)
-    try:
-        protocol.wait_for_ps(time.monotonic() + cfg.training.startup_timeout_seconds)
-    except PEER_ERRORS as err:
-        raise Exit(exitcodes.UNREACHABLE, f"PS not reachable within "
-                   f"{cfg.training.startup_timeout_seconds:.0f}s: {type(err).__name__}") from err
-    ctx.set_phase(ReplicaPhase.GATHERING)
+    protocol = reach_ps(ctx)
     start_watchdog(ctx)
     left: int | None = None
     first = True
@@ -58,6 +51,20 @@ def run_worker(ctx: Context) -> int:
         ctx.log(f"left sync epoch {epoch:x}: {result}; "
                 f"{'rejoining it' if left is None else 'rejoining'}")
         ctx.progress()
+
+
+def reach_ps(ctx: Context) -> SyncProtocol:
+    """The sync protocol once every PS answers (exit 69 after startupTimeoutSeconds)."""
+    cfg = ctx.cfg
+    protocol = SyncProtocol(cfg, ctx.server.target)
+    ctx.set_phase(ReplicaPhase.WAITING_FOR_PS)
+    try:
+        protocol.wait_for_ps(time.monotonic() + cfg.training.startup_timeout_seconds)
+    except PEER_ERRORS as err:
+        raise Exit(exitcodes.UNREACHABLE, f"PS not reachable within "
+                   f"{cfg.training.startup_timeout_seconds:.0f}s: {type(err).__name__}") from err
+    ctx.set_phase(ReplicaPhase.GATHERING)
+    return protocol
 
 
 # A replica whose link to a peer failed rejoins the same epoch (epoch_to_skip) at most this
