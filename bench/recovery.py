@@ -296,13 +296,12 @@ def one_kill(sup: Supervisor, run: Any, sc: Scenario, opts: argparse.Namespace,
     return kill
 
 
-def ours_spec(sc: Scenario, ckpt: str) -> dict[str, Any]:
-    """The job of one of our scenarios (the same locally and on the cluster)."""
-    return _ours.job(R, 10**9, checkpoint_dir=ckpt, checkpoint_every_steps=CKPT_EVERY,
-                     parameter_servers=sc.ps, min_replicas_to_aggregate=sc.min_r,
-                     snapshot_every_steps=sc.snapshot_every,
-                     # the model spread over both PS, so that either one's loss loses some
-                     pack_min_bytes_per_ps=0 if sc.kind == "ps" else None)
+def job_options(sc: Scenario, ckpt: str) -> dict[str, Any]:
+    """The options of our scenarios' job (the same locally and on the cluster)."""
+    return dict(checkpoint_dir=ckpt, checkpoint_every_steps=CKPT_EVERY,
+                min_replicas_to_aggregate=sc.min_r, snapshot_every_steps=sc.snapshot_every,
+                # the model spread over both PS, so that either one's loss loses some
+                pack_min_bytes_per_ps=0 if sc.kind == "ps" else None)
 
 
 def start_run(sc: Scenario, workdir: Path) -> tuple[Any, Callable[[tuple[str, int]], bool], Any]:
@@ -313,7 +312,8 @@ def start_run(sc: Scenario, workdir: Path) -> tuple[Any, Callable[[tuple[str, in
 
         _kuberun.wait_cluster()
         kube_run = _kuberun.KubeRun(namespace=f"bench-recovery-{sc.kind}", name="recovery")
-        spec = ours_spec(sc, "/var/lib/syncreplicas/checkpoints")
+        spec = _ours.job(R, 10**9, parameter_servers=sc.ps,
+                         **job_options(sc, "/var/lib/syncreplicas/checkpoints"))
         spec["workers"] = sc.workers
         kube_run.start(spec)
         return kube_run, kube_run.is_up, kube_run.restart
@@ -326,11 +326,7 @@ def start_run(sc: Scenario, workdir: Path) -> tuple[Any, Callable[[tuple[str, in
         run.start_all()
         return run, lambda t: _cluster.port_open(run.address(t)), run.start
     run = _ours.start(workers=sc.workers, replicas_to_aggregate=R, max_steps=10**9,
-                      workdir=workdir, metrics=True, checkpoint_dir=ckpt,
-                      checkpoint_every_steps=CKPT_EVERY, ps=sc.ps,
-                      min_replicas_to_aggregate=sc.min_r, snapshot_every_steps=sc.snapshot_every,
-                      # the model spread over both PS, so that either one's loss loses some
-                      pack_min_bytes_per_ps=0 if sc.kind == "ps" else None)
+                      workdir=workdir, metrics=True, ps=sc.ps, **job_options(sc, ckpt))
     return run, lambda t: _cluster.port_open(run.cluster.replica(*t).grpc_address), run.restart
 
 

@@ -7,14 +7,15 @@ here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 export KUBECONFIG="${KUBECONFIG:-$repo/.cluster/kubeconfig}"
 helm="$repo/.tools/bin/helm"
+kubectl="$repo/.tools/bin/kubectl"
 namespace="${SYNCREPLICAS_NAMESPACE:-syncreplicas-system}"
 app_version="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/syncreplicas/Chart.yaml")"
 image_id="$(buildah images --no-trunc --format '{{.ID}}' "ghcr.io/syncreplicas/syncreplicas-operator:$app_version" | head -1)"
 t=$SECONDS
 # Helm installs crds/ on the first install only and never upgrades a CRD: apply the chart's
 # CRD first, as the chart's README tells users to on an upgrade.
-if "$repo/.tools/bin/kubectl" get crd syncreplicasjobs.syncreplicas.io >/dev/null 2>&1; then
-  "$repo/.tools/bin/kubectl" apply --server-side --force-conflicts \
+if "$kubectl" get crd syncreplicasjobs.syncreplicas.io >/dev/null 2>&1; then
+  "$kubectl" apply --server-side --force-conflicts \
     -f "$repo/charts/syncreplicas/crds/" >/dev/null
 fi
 "$helm" upgrade --install syncreplicas "$repo/charts/syncreplicas" \

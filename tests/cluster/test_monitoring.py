@@ -39,6 +39,7 @@ from tests.cluster.test_failures import (
     job,
     metrics,
     pod,
+    ready,
     sample,
     status,
     step_of,
@@ -156,10 +157,7 @@ def uid(namespace: str, replica: str) -> str:
 
 
 def replaced_and_ready(namespace: str, replica: str, old_uid: str) -> bool:
-    item = pod(namespace, replica)
-    return item["metadata"]["uid"] != old_uid and any(
-        c["type"] == "Ready" and c["status"] == "True" for c in item["status"].get("conditions", [])
-    )
+    return uid(namespace, replica) != old_uid and ready(namespace, replica)
 
 
 def chief_restarts(namespace: str) -> float | None:
