@@ -309,6 +309,24 @@ ParameterServers = Annotated[
 ]
 
 
+class ElasticPolicy(ApiModel):
+    """``spec.elasticPolicy``: the bounds within which ``workers`` may change while the job
+    trains (``kubectl scale``, an HPA)."""
+
+    min_workers: Annotated[Int32, CelBounds(), Immutable()] = Field(
+        0,
+        ge=0,
+        le=resource.MAX_WORKERS,
+        description="Fewest workers the job may be scaled to. Immutable.",
+    )
+    max_workers: Annotated[Int32, CelBounds(), Immutable()] = Field(
+        ge=1,
+        le=resource.MAX_WORKERS,
+        description="Most workers the job may be scaled to: every parameter server is told "
+        "this many worker slots when the job starts. Immutable.",
+    )
+
+
 class ClusterShape(ApiModel):
     """What every replica is told and cannot change once the job runs: the TensorFlow
     cluster's shape and how it aggregates (shared by the spec and the runtime's contract)."""
@@ -353,6 +371,12 @@ class ClusterShape(ApiModel):
         ge=0,
         le=resource.MAX_WORKERS,
         description="W: non-chief workers. Replicas = 1 (chief) + W. Immutable.",
+    )
+    elastic_policy: ElasticPolicy | None = Field(
+        None,
+        description="Lets workers change while the job trains, within these bounds (without "
+        "it, workers is immutable). Workers join the running job and leave it at SIGTERM; "
+        "no step is lost and the updates go on.",
     )
     initial_tokens: Annotated[Int32, Immutable()] = Field(
         0,

@@ -89,6 +89,8 @@ class JobSpec:
     chief_restart_policy: ChiefRestartPolicy
     # 0 disables the Stalled condition.
     stall_timeout_seconds: int
+    # None: workers is fixed; else the bounds it may be scaled within while the job runs.
+    elastic_policy: api.ElasticPolicy | None = None
 
     @classmethod
     def from_api(cls, spec: api.JobSpec, manifest: Mapping[str, Any]) -> JobSpec:
@@ -113,12 +115,18 @@ class JobSpec:
             run_policy=spec.run_policy,
             chief_restart_policy=spec.chief_restart_policy,
             stall_timeout_seconds=spec.stall_timeout_seconds,
+            elastic_policy=spec.elastic_policy,
         )
 
     @property
     def total_replicas(self) -> int:
         """Replicas that push gradients: the chief plus the workers."""
         return 1 + self.workers
+
+    @property
+    def worker_slots(self) -> int:
+        """Worker addresses every PS is told: elasticPolicy.maxWorkers, else workers."""
+        return self.elastic_policy.max_workers if self.elastic_policy else self.workers
 
     @property
     def min_to_aggregate(self) -> int:

@@ -40,9 +40,14 @@ def local_addresses(ports: Mapping[str, Sequence[int]], host: str = "127.0.0.1")
 
 
 def cluster_spec(spec: JobSpec, address: AddressFn) -> dict[str, list[str]]:
-    """TF_CONFIG's ``cluster``: ps, chief and (unless ``workers: 0``) worker addresses."""
+    """TF_CONFIG's ``cluster``: ps, chief and (unless ``workers: 0``) worker addresses.
+
+    With ``elasticPolicy`` the workers are its ``maxWorkers`` slots, whether their pods exist
+    or not: a PS calls every replica for its gradients, so it must know a worker's address
+    before the worker joins (a slot nobody holds costs nothing, bench/RESULTS.md)."""
     cluster: dict[str, list[str]] = {}
-    for replica_type, count in spec.replica_counts().items():
+    counts = {**spec.replica_counts(), naming.WORKER: spec.worker_slots}
+    for replica_type, count in counts.items():
         if count:
             cluster[replica_type] = [address(replica_type, i) for i in range(count)]
     return cluster
@@ -84,6 +89,7 @@ def job_settings(spec: JobSpec) -> dict[str, Any]:
         workers=spec.workers,
         parameter_servers=spec.parameter_servers,
         initial_tokens=spec.initial_tokens,
+        elastic_policy=spec.elastic_policy,
         chief_restart_policy=spec.chief_restart_policy,
         model=spec.model.model_dump(),
         training=spec.training.model_dump(),
