@@ -103,6 +103,9 @@ def main() -> int:
                     seen_step(metrics))
     if code != exitcodes.OK:
         return fail(code, f"{cfg.role} returned exit code {code}", seen_step(metrics))
+    if ctx.left:
+        step = seen_step(metrics)
+        return report_exit(OK, f"left the job at global step {step} (scaled down)", step)
     return succeed(seen_step(metrics))
 
 

@@ -54,6 +54,9 @@ class ClusterConfig:
     metrics_port: int
     # Fewest gradients an update aggregates while replicas are lost (1..R).
     min_replicas_to_aggregate: int
+    # spec.elasticPolicy.maxWorkers: workers may join and leave the running job (None: the
+    # job has exactly ``workers``).
+    max_workers: int | None = None
 
     @property
     def address(self) -> str:
@@ -69,8 +72,24 @@ class ClusterConfig:
         return self.role == "chief"
 
     @property
+    def elastic(self) -> bool:
+        return self.max_workers is not None
+
+    @property
+    def worker_slots(self) -> int:
+        """Workers the job can have: maxWorkers when elastic, else ``workers``."""
+        return self.workers if self.max_workers is None else self.max_workers
+
+    @property
     def total_replicas(self) -> int:
-        """Chief plus workers: the replicas that push gradients."""
+        """Replica slots, chief plus workers: what the protocol state, the token queues and
+        the data shards are sized by. An elastic job has 1 + maxWorkers slots, of which
+        only the replicas that joined (``ready``) are members."""
+        return 1 + self.worker_slots
+
+    @property
+    def initial_replicas(self) -> int:
+        """The chief plus the workers the job was started (or this process told) with."""
         return 1 + self.workers
 
     @property
@@ -195,6 +214,7 @@ def parse_job(text: str | None) -> dict[str, Any]:
             else job.min_replicas_to_aggregate
         ),
         "workers": job.workers,
+        "max_workers": job.elastic_policy.max_workers if job.elastic_policy else None,
         "parameter_servers": job.parameter_servers,
         "initial_tokens": job.initial_tokens,
         "chief_restart_policy": str(job.chief_restart_policy),
@@ -222,13 +242,16 @@ def parse_config(env: Mapping[str, str]) -> ClusterConfig:
         raise ConfigError("parameterServers", f"is {job['parameter_servers']} but "
                           f"TF_CONFIG.cluster.ps lists {len(cluster['ps'])}")
     workers = cluster.get("worker", {})
-    if not sparse and len(workers) != job["workers"]:
-        raise ConfigError("workers", f"is {job['workers']} but TF_CONFIG.cluster.worker "
+    # An elastic job's cluster has a worker slot for each of maxWorkers.
+    slots, field = ((job["max_workers"], "elasticPolicy.maxWorkers")
+                    if job["max_workers"] is not None else (job["workers"], "workers"))
+    if not sparse and len(workers) != slots:
+        raise ConfigError(field, f"is {slots} but TF_CONFIG.cluster.worker "
                           f"lists {len(workers)}")
-    if sparse and workers and max(workers) >= job["workers"]:
-        raise ConfigError("workers", f"is {job['workers']} but TF_CONFIG.cluster.worker "
+    if sparse and workers and max(workers) >= slots:
+        raise ConfigError(field, f"is {slots} but TF_CONFIG.cluster.worker "
                           f"names task {max(workers)}")
-    if sparse and role == "ps" and len(workers) != job["workers"]:
+    if sparse and role == "ps" and len(workers) != slots:
         # A tensor moves by the receiver calling the sender: the PS calls every replica.
         raise ConfigError("TF_CONFIG.cluster.worker", "a PS needs every worker's address "
                           "(it fetches their gradients)")

@@ -88,6 +88,8 @@ class LocalCluster:
         self.replicas = replicas
         self.workdir = workdir
         self._by_key = {r.key: r for r in replicas}
+        # Started by start_all (an elastic job's other worker slots start when scaled up).
+        self.initial = {r.key for r in replicas}
 
     # -- lookup -----------------------------------------------------------------
     def replica(self, role: str, index: int = 0) -> Replica:
@@ -110,17 +112,19 @@ class LocalCluster:
 
     def start_all(self) -> None:
         for r in self.replicas:
-            self._spawn(r)
+            if r.key in self.initial:
+                self._spawn(r)
 
     def start(self, role: str, index: int = 0) -> None:
         """Start one replica (after ``start_cluster(..., start=False)``)."""
         self._spawn(self.replica(role, index))
 
     def poll(self) -> dict[tuple[str, int], int | None]:
-        """Exit code per replica, None while running."""
+        """Exit code per replica that was ever started, None while running."""
         out: dict[tuple[str, int], int | None] = {}
         for r in self.replicas:
-            out[r.key] = r.popen.poll() if r.popen else None
+            if r.popen is not None or r.key in self.initial:
+                out[r.key] = r.popen.poll() if r.popen else None
         return out
 
     def wait(self, timeout: float) -> dict[tuple[str, int], int | None]:
@@ -239,6 +243,8 @@ def start_cluster(
     With ``start=False`` nothing is started (call ``start_all()``). With ``sparse=True``
     the chief's and each worker's TF_CONFIG list the PS, the chief and only their own
     worker address (a PS still gets every worker: it calls them for their gradients).
+    A job with ``elasticPolicy`` gets its ``maxWorkers`` worker slots (addresses, logs);
+    ``start_all`` starts the first ``workers`` of them, ``start("worker", i)`` any other.
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -249,7 +255,8 @@ def start_cluster(
     if env and env.get("SYNCREPLICAS_METRICS_PORT") == "0":
         metrics_on = False
 
-    shape = {"ps": ps, "chief": 1, "worker": workers}
+    slots = job["elasticPolicy"]["maxWorkers"] if job.get("elasticPolicy") else workers
+    shape = {"ps": ps, "chief": 1, "worker": slots}
     picked: set[int] = set()
 
     def unique_port() -> int:
@@ -276,7 +283,7 @@ def start_cluster(
             mport = unique_port() if metrics_on else 0
             renv = dict(base_env)
             told: dict[str, Any] = dict(cluster_spec)
-            if sparse and workers and role != "ps":
+            if sparse and slots and role != "ps":
                 told["worker"] = {str(i): cluster_spec["worker"][i]} if role == "worker" else {}
             renv["TF_CONFIG"] = json.dumps({"cluster": told, "task": {"type": role, "index": i}})
             renv["SYNCREPLICAS_JOB"] = json.dumps(job)
@@ -293,6 +300,7 @@ def start_cluster(
                 )
             )
     cluster = LocalCluster(replicas, workdir)
+    cluster.initial = {r.key for r in replicas if r.role != "worker" or r.index < workers}
     if start:
         try:
             cluster.start_all()

@@ -43,6 +43,7 @@ from ..sync.names import (
     CHIEF_STARTS_VARIABLE,
     HEARTBEAT_VARIABLE,
     PUSHED_STEP_VARIABLE,
+    READY_VARIABLE,
     SYNC_STATE_DEVICE,
     container_name,
     push_queue_name,
@@ -134,6 +135,7 @@ class ElasticOps:
     read: dict[str, Any]           # counts per accumulator, R, heartbeats, now
     wait_and_read: dict[str, Any]  # the same after at least one push (drains the queue)
     updated_at: Any      # PS 0 time right after the update (run with sync_op)
+    leave: Any           # replica: silent from now on (heartbeat 0), and wake the loop
 
 
 @dataclass
@@ -160,6 +162,9 @@ class TrainingGraph:
     # Rejoining: this replica's last pushed step and the global step; take the token only.
     already_pushed: dict[str, Any] = field(default_factory=dict)
     skip: dict[str, Any] = field(default_factory=dict)
+    # Joining: drop the tokens this replica's queue gathered while it was away (it holds
+    # a joiner's share, as at the gate); fetches the number dropped.
+    drain: Any = None
 
 
 def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> TrainingGraph:
@@ -212,6 +217,9 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                                         initializer=v1.zeros_initializer(), **kw)
             pushed_step = v1.get_variable(PUSHED_STEP_VARIABLE, [total], tf.int64,
                                           initializer=v1.constant_initializer(-1), **kw)
+            # The epoch each replica joined (the protocol's, sync/protocol.py): members.
+            ready = v1.get_variable(READY_VARIABLE, [total], tf.int64,
+                                    initializer=v1.zeros_initializer(), **kw)
             r_now = aggregate.read_value()
         for op in take_ops(sync_opt):
             op._update_input(1, r_now)
@@ -266,6 +274,14 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             skip_op = tf.group(skip_op, packing.refresh([gs_waited]))
         skip = {"skip": skip_op, "gs_after": gs_waited}
         with tf.device(SYNC_STATE_DEVICE):
+            # A replica away while updates went on (restarted, or a new worker of an elastic
+            # job in a slot that was empty) finds its queue topped up: taking those tokens
+            # would let it push twice for one update. Keep what the gate gives a joiner.
+            own_base, own_extra = shares[replica]
+            keep = tf.constant(own_base - 1 + own_extra, tf.int32)
+            drain = tf.size(queues[replica].dequeue_many(
+                tf.maximum(queues[replica].size() - keep, 0)))
+        with tf.device(SYNC_STATE_DEVICE):
             with tf.control_dependencies([update_op]):
                 gs_new = global_step.read_value()
                 top_ups = []
@@ -291,8 +307,11 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         pending = tf.reduce_max(accumulated())
         with tf.device(SYNC_STATE_DEVICE):
             r_value = v1.placeholder(tf.int32, [])
+            now = tf.fill([total], tf.timestamp())
+            if cfg.elastic:  # only members (joined this epoch at the gate) count as live
+                now = tf.where(tf.equal(ready.read_value(), epoch), now, tf.zeros_like(now))
             init = tf.group(aggregate.assign(cfg.replicas_to_aggregate, read_value=False),
-                            heartbeat.assign(tf.fill([total], tf.timestamp()), read_value=False),
+                            heartbeat.assign(now, read_value=False),
                             pushed_step.assign(tf.fill([total], tf.constant(-1, tf.int64)),
                                                read_value=False))
 
@@ -300,7 +319,8 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                 # Built here, under the caller's control dependencies: counts read before
                 # the wait for a push would be stale, and the loop would wait for the next.
                 return {"counts": accumulated(), "r": aggregate.read_value(),
-                        "beats": heartbeat.read_value(), "now": tf.timestamp()}
+                        "beats": heartbeat.read_value(), "now": tf.timestamp(),
+                        "global_step": global_step.read_value()}
 
             read = read_state()
             first = pushes.dequeue()
@@ -310,9 +330,14 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                 wait_and_read = read_state()
             with tf.control_dependencies([update_op]):
                 updated_at = tf.timestamp()
+            silent = tf.raw_ops.ResourceScatterUpdate(
+                resource=heartbeat.handle, indices=[replica],
+                updates=tf.zeros([1], tf.float64))
+            with tf.control_dependencies([silent]):
+                leave = pushes.enqueue(replica)
             elastic = ElasticOps(init=init, set_r=aggregate.assign(r_value, read_value=False),
                                  r_value=r_value, read=read, wait_and_read=wait_and_read,
-                                 updated_at=updated_at)
+                                 updated_at=updated_at, leave=leave)
         # Snapshots (state/snapshots.py): every update counts itself on PS 0, before and after.
         seqlock = (add_seqlock(take_ops(sync_opt), update_op, sync_op)
                    if t.snapshot_every_steps else None)
@@ -338,7 +363,7 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         close_tokens_op=close_tokens_op, depth=depth, pending=pending, elastic=elastic,
         seqlock=seqlock,
         report_uninitialized=report, saver=saver, epoch=epoch, packing=packing,
-        already_pushed=already, skip=skip)
+        already_pushed=already, skip=skip, drain=drain)
 
 
 def build_epoch_graph(ctx: Context, epoch: int) -> TrainingGraph:

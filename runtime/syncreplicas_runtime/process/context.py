@@ -37,6 +37,11 @@ class Context:
     last_checkpoint: int = -1
     stopping: bool = False
     start_counted: bool = False  # the chief counted this process in ``chief_starts``
+    # A worker of an elastic job: SIGTERM asks it to leave the job (replica/worker.py), and
+    # ``left`` says it did (its exit 0 says so).
+    leaving: threading.Event = field(default_factory=threading.Event)
+    left: bool = False
+    protocol: Any = None
 
     def log(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S", time.gmtime())

@@ -48,7 +48,9 @@ from ..sync.protocol import (
     POLL,
     REJOIN_GATE_SECONDS,
     SyncProtocol,
+    members,
     new_epoch_id,
+    unconfirmed,
 )
 
 TICK_SECONDS = 0.25
@@ -98,14 +100,15 @@ class Coordinator:
         self.last_update_at = 0.0
         self.failure: str | None = None  # why the loop stopped before its epoch ended
 
-    def open(self) -> None:
-        """R back to replicasToAggregate and every heartbeat fresh: run at the gate."""
+    def open(self, members: int) -> None:
+        """R back to replicasToAggregate and every heartbeat fresh (an elastic job's: every
+        member's, the empty slots' silent): run at the gate, with ``members`` joined."""
         e = self.training.elastic
         self.last_update_at = float(self.sess.run([e.init, e.read["now"]])[1])
         self.r_eff = self.r
         m = self.ctx.metrics
         m.replicas_to_aggregate.set(self.r)
-        m.live_replicas.set(self.ctx.cfg.total_replicas)
+        m.live_replicas.set(members)
 
     def run(self, stop: threading.Event) -> None:
         """Aggregate, update and hand out tokens until the epoch ends.
@@ -162,7 +165,8 @@ class Coordinator:
             lost = [r for r, alive in enumerate(live) if not alive]
             self.ctx.log(f"elastic R: {sum(live)} of {len(live)} replicas live "
                          f"(lost: {lost}; silence limit {silence:.1f}s); each update now "
-                         f"aggregates {r_eff} gradients at unix time {time.time():.3f}")
+                         f"aggregates {r_eff} gradients, from global step "
+                         f"{int(state['global_step'])} at unix time {time.time():.3f}")
         self.r_eff = r_eff
         m.replicas_to_aggregate.set(r_eff)
 
@@ -235,13 +239,17 @@ def sync_epoch(ctx: Context, protocol: SyncProtocol, first: bool) -> str:
         if step >= cfg.training.max_steps:
             return finish(ctx, protocol, sess, training, step)
         if first and step == 0:  # a new job: everyone, before the first update
-            wait_for_replicas(ctx, protocol, epoch, cfg.training.startup_timeout_seconds,
-                              quorum=cfg.total_replicas)
+            expected = range(cfg.initial_replicas)
+            joined = wait_for_replicas(ctx, protocol, epoch, cfg.training.startup_timeout_seconds,
+                                       expected, quorum=len(expected))
         else:
-            wait_for_replicas(ctx, protocol, epoch, REJOIN_GATE_SECONDS,
-                              quorum=min(cfg.replicas_to_aggregate, cfg.total_replicas))
+            # An elastic job waits for the members of the epoch before, not for empty slots.
+            expected = (members(state.ready, state.epoch) or range(cfg.initial_replicas)
+                        if cfg.elastic and state.initialized else range(cfg.total_replicas))
+            joined = wait_for_replicas(ctx, protocol, epoch, REJOIN_GATE_SECONDS, expected,
+                                       quorum=min(cfg.replicas_to_aggregate, len(expected)))
         coordinator = Coordinator(ctx, sess, training)
-        coordinator.open()
+        coordinator.open(joined)
         sess.run(training.gate_tokens_op)
         loop = threading.Thread(target=coordinator.run, args=(stop,), name="sync", daemon=True)
         loop.start()
@@ -271,37 +279,47 @@ def wait_for_variables(ctx: Context, protocol: SyncProtocol, epoch: int) -> None
 
 
 def wait_for_replicas(ctx: Context, protocol: SyncProtocol, epoch: int, limit: float,
-                      quorum: int) -> None:
-    """The start gate: every replica joined ``epoch``, or ``quorum`` of them did and the
-    rest had GATE_GRACE_SECONDS more, or ``limit`` seconds passed."""
+                      expected: Sequence[int], quorum: int) -> int:
+    """The start gate: every ``expected`` replica joined ``epoch``, or ``quorum`` of them
+    did and the rest had GATE_GRACE_SECONDS more, or ``limit`` seconds passed. Returns how
+    many replicas joined (an elastic job's other slots may join too)."""
     deadline = time.monotonic() + limit
     quorum_at = None
     while True:
         state = protocol.state()
-        missing = [r for r, e in enumerate(state.ready) if e != epoch]
-        joined = len(state.ready) - len(missing)
+        joined = members(state.ready, epoch)
+        missing = [r for r in expected if r not in joined]
         if not missing:
-            return
-        if joined >= quorum:
+            return len(joined)
+        if len(expected) - len(missing) >= quorum:
             quorum_at = quorum_at or time.monotonic()
             if time.monotonic() - quorum_at >= GATE_GRACE_SECONDS:
-                ctx.log(f"gate: opening with {joined} of {len(state.ready)} replicas; "
+                ctx.log(f"gate: opening with {len(joined)} of {len(expected)} replicas; "
                         f"{missing} join when they come")
-                return
+                return len(joined)
         if time.monotonic() > deadline:
             ctx.log(f"gate: opening without replicas {missing} after {limit:.0f}s "
                     "(they join the running epoch when they come)")
-            return
+            return len(joined)
         time.sleep(POLL)
 
 
 def watch_epoch(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGraph,
                 loop: threading.Thread, stop: threading.Event) -> str:
-    """While the epoch runs: end it at maxSteps, or when a PS or the loop is lost."""
+    """While the epoch runs: end it at maxSteps, or when a PS or the loop is lost. Logs
+    every change of an elastic job's members (workers joining and leaving)."""
+    seen: list[int] | None = None
     while True:
         time.sleep(WATCH_SECONDS)
         state = protocol.state()  # PEER_ERRORS: a PS is gone (caller opens a new epoch)
         step = state.global_step or 0
+        now = members(state.ready, state.epoch)
+        if ctx.cfg.elastic and now != seen:
+            if seen is not None:
+                joined, left = sorted(set(now) - set(seen)), sorted(set(seen) - set(now))
+                ctx.log(f"members: {len(now)} replicas {now} (joined: {joined}, left: "
+                        f"{left}) at global step {step} at unix time {time.time():.3f}")
+            seen = now
         if step >= ctx.cfg.training.max_steps:
             stop.set()
             return finish(ctx, protocol, sess, training, step)
@@ -339,12 +357,12 @@ def finish(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGr
     deadline = time.monotonic() + FINISH_WAIT_SECONDS
     while time.monotonic() < deadline:
         state = protocol.state()
-        if all(state.done):
+        if not (waiting := unconfirmed(ctx.cfg.elastic, state)):
             break
         time.sleep(POLL * 5)
     else:
-        ctx.log(f"finish: replicas {[r for r, d in enumerate(state.done) if not d]} did not "
-                f"confirm within {FINISH_WAIT_SECONDS:.0f}s")
+        ctx.log(f"finish: replicas {waiting} did not confirm within "
+                f"{FINISH_WAIT_SECONDS:.0f}s")
     ctx.log(f"training finished at global step {global_step}; releasing the parameter servers")
     protocol.release_ps()
     return "done"

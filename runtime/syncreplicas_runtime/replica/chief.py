@@ -27,7 +27,7 @@ from ..process.exits import Exit
 from ..process.sessions import close_quietly, open_session
 from ..state.checkpoints import restore_or_initialize, save_checkpoint
 from ..state.snapshots import SnapshotStore, Snapshotter
-from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol
+from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, unconfirmed
 from .steploop import EpochEnded, StepLoop, wait_for_phase
 from .worker import LinkFailures, reach_ps, wait_for_epoch
 
@@ -207,12 +207,12 @@ def finish_chief(ctx: Context, protocol: SyncProtocol, sess: Any, training: Trai
     deadline = time.monotonic() + FINISH_WAIT_SECONDS
     while time.monotonic() < deadline:
         state = protocol.state()
-        if state.phase == Phase.DONE and all(state.done):
+        if state.phase == Phase.DONE and not (waiting := unconfirmed(cfg.elastic, state)):
             break
         time.sleep(POLL * 5)
     else:
-        ctx.log(f"finish: replicas {[r for r, d in enumerate(state.done) if not d]} did not "
-                f"confirm within {FINISH_WAIT_SECONDS:.0f}s")
+        ctx.log(f"finish: replicas {waiting} did not confirm within "
+                f"{FINISH_WAIT_SECONDS:.0f}s")
     ctx.log(f"finished at global step {global_step}")
     return "done"
 

@@ -17,6 +17,15 @@ class EpochEnded(Exception):
     """The current sync epoch ended under this replica (reason in args)."""
 
 
+class Leaving(Exception):
+    """A worker of an elastic job was asked to leave (SIGTERM: the job is scaled down)."""
+
+
+def check_leaving(ctx: Context) -> None:
+    if ctx.leaving.is_set():
+        raise Leaving()
+
+
 class StepLoop:
     """Runs training steps of one replica in one epoch and records their metrics."""
 
@@ -35,6 +44,10 @@ class StepLoop:
         self.joined = True
         seen = self.sess.run(self.training.already_pushed)
         if int(seen["pushed"]) != int(seen["global_step"]):
+            dropped = int(self.sess.run(self.training.drain))
+            if dropped:
+                self.ctx.log(f"dropped {dropped} token(s) its queue gathered while it was away "
+                             f"(global step {int(seen['global_step'])})")
             return
         self.ctx.log(f"this replica's gradient for global step {int(seen['global_step'])} "
                      "was pushed before its restart; waiting for that update")
@@ -51,6 +64,7 @@ class StepLoop:
     def step(self) -> int:
         """One training step; returns the global step after it. Raises TF errors."""
         ctx, m = self.ctx, self.ctx.metrics
+        check_leaving(ctx)
         if not self.joined:
             self.join()
         model = self.training.model
@@ -98,6 +112,7 @@ def wait_for_phase(ctx: Context, protocol: SyncProtocol, epoch: int, want: Phase
     deadline = time.monotonic() + limit
     ctx.watchdog_armed = False
     while True:
+        check_leaving(ctx)
         state = protocol.state()
         if state.phase == Phase.DONE:
             raise EpochEnded("done")

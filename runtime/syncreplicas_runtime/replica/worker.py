@@ -1,8 +1,12 @@
-"""A worker replica: join the current sync epoch, train, rejoin the next one, finish."""
+"""A worker replica: join the current sync epoch, train, rejoin the next one, finish; in an
+elastic job, leave it at SIGTERM."""
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
+from typing import Any
 
 import tensorflow as tf
 
@@ -13,15 +17,70 @@ from ..process.context import Context, start_watchdog
 from ..process.exits import Exit
 from ..process.sessions import close_quietly, open_session
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, SyncState
-from .steploop import EpochEnded, StepLoop, wait_for_phase
+from .steploop import EpochEnded, Leaving, StepLoop, check_leaving, wait_for_phase
 
 # The phases in which a replica may join an epoch.
 JOINABLE = (Phase.RESETTING, Phase.GATHERING, Phase.RUNNING)
 
 
+# A worker asked to leave ends its step first (at most one update); past this bound (the
+# updates stalled) it leaves without it: its gradient, if pushed, still counts once.
+LEAVE_WAIT_SECONDS = 5.0
+
+
 def run_worker(ctx: Context) -> int:
+    """Train until the end of the job; a worker of an elastic job also leaves at SIGTERM."""
+    if not ctx.cfg.elastic:
+        return train_worker(ctx)
+    outcome: list[tuple[bool, Any]] = []
+
+    def body() -> None:
+        try:
+            outcome.append((True, train_worker(ctx)))
+        except BaseException as err:  # raised again in the main thread
+            outcome.append((False, err))
+
+    # The steps run in a thread: a main thread blocked in a session run (waiting for its
+    # token) would run no signal handler until the run returned.
+    signal.signal(signal.SIGTERM, lambda *_: ctx.leaving.set())
+    thread = threading.Thread(target=body, name="training", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+        if ctx.leaving.is_set() and thread.is_alive():
+            thread.join(LEAVE_WAIT_SECONDS)
+            if thread.is_alive():
+                leave(ctx, ctx.protocol, ctx.session, ctx.graph,
+                      f"its step did not end within {LEAVE_WAIT_SECONDS:.0f}s")
+                return exitcodes.OK
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return int(value)
+
+
+def leave(ctx: Context, protocol: SyncProtocol | None, sess: Any, training: Any,
+          how: str = "after its step") -> None:
+    """Leave an elastic job (SIGTERM: scaled down): no longer a member (the end of training
+    does not wait for it), silent at once (the next update does not wait for its gradient:
+    R adapts as for a lost replica, without the silence limit) and the sync loop woken.
+    A gradient it pushed is in the accumulators and counts once; the token it leaves is
+    dropped by the next worker in its slot (StepLoop.join)."""
+    cfg = ctx.cfg
+    if protocol is not None:
+        protocol.set_ready(cfg.replica_id, 0)
+    if sess is not None and training is not None:
+        opts = tf.compat.v1.RunOptions(timeout_in_ms=5000)
+        sess.run(training.elastic.leave, options=opts)
+    ctx.left = True
+    ctx.log(f"left the job ({how}; SIGTERM: scaled down) at global step {ctx.seen_step()} "
+            f"at unix time {time.time():.3f}")
+
+
+def train_worker(ctx: Context) -> int:
     cfg = ctx.cfg
     protocol = reach_ps(ctx)
+    ctx.protocol = protocol
     start_watchdog(ctx)
     left: int | None = None
     first = True
@@ -29,7 +88,11 @@ def run_worker(ctx: Context) -> int:
     while True:
         limit = (cfg.training.startup_timeout_seconds if first
                  else cfg.training.chief_lost_timeout_seconds)
-        state = wait_for_epoch(ctx, protocol, left, limit)
+        try:
+            state = wait_for_epoch(ctx, protocol, left, limit)
+        except Leaving:
+            leave(ctx, protocol, None, None, "between sync epochs")
+            return exitcodes.OK
         if state.phase == Phase.DONE:
             return finish_worker(ctx, protocol)
         first = False
@@ -46,6 +109,8 @@ def run_worker(ctx: Context) -> int:
             result = f"lost a peer ({type(err).__name__})"
         if result == "done":
             return finish_worker(ctx, protocol)
+        if result == "left":
+            return exitcodes.OK
         ctx.metrics.sync_resets.inc()
         ctx.set_ready(False)
         ctx.log(f"left sync epoch {epoch:x}: {result}; "
@@ -118,6 +183,7 @@ def wait_for_epoch(ctx: Context, protocol: SyncProtocol, left: int | None,
     deadline = time.monotonic() + limit
     ctx.watchdog_armed = False  # this wait has its own bound
     while True:
+        check_leaving(ctx)
         try:
             state = protocol.state()
             if state.initialized and (state.phase == Phase.DONE or (
@@ -135,6 +201,7 @@ def train_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
     cfg = ctx.cfg
     training = build_epoch_graph(ctx, epoch)
     sess = open_session(cfg, ctx.server.target, training.graph)
+    ctx.session, ctx.graph = sess, training
     try:
         wait_for_phase(ctx, protocol, epoch, Phase.GATHERING)  # the chief restored variables
         sess.run(training.local_init_op)
@@ -153,8 +220,12 @@ def train_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
     except tf.errors.OutOfRangeError:
         state = protocol.state()
         return "done" if state.phase == Phase.DONE else "its token queue was closed"
+    except Leaving:
+        leave(ctx, protocol, sess, training)
+        return "left"
     finally:
         ctx.watchdog_armed = False
+        ctx.session = ctx.graph = None
         close_quietly(sess)
 
 

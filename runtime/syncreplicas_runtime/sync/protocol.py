@@ -74,6 +74,19 @@ class SyncState:
     global_step: int | None = None
 
 
+def members(ready: tuple[int, ...] | list[int], epoch: int) -> list[int]:
+    """The replicas that joined ``epoch`` and did not leave it (a leaver's ``ready`` is 0)."""
+    return [r for r, e in enumerate(ready) if e == epoch and epoch]
+
+
+def unconfirmed(elastic: bool, state: SyncState) -> list[int]:
+    """Replicas yet to confirm the end of training: every one, or an elastic job's members
+    (the chief always; workers that left have nothing to confirm)."""
+    who = sorted(set(members(state.ready, state.epoch)) | {0}) if elastic \
+        else range(len(state.done))
+    return [r for r in who if not state.done[r]]
+
+
 class SyncProtocol:
     """A session of this replica on the protocol graph. Safe to use from several threads."""
 
