@@ -1,10 +1,11 @@
 """The SyncReplicasJob CRD, generated from the types: a structural OpenAPI v3 schema (every
 type inlined, ``Optional`` as an absent field, ``default``s, ``x-kubernetes-validations``),
-printer columns and the status subresource. Pure: returns dicts; ``hack/gencrd.py`` writes
-the files.
+printer columns, the status subresource and the scale subresource (``spec.workers``). Pure:
+returns dicts; ``hack/gencrd.py`` writes the files.
 
 CEL rules come from the markers: ``Immutable`` (``self == oldSelf``), ``CelBounds`` (the
-field's bounds), every enum field of the spec (``self in [...]``) and every ``Rule``.
+field's bounds), every enum field of the spec (``self in [...]``), every ``Rule`` and every
+``TransitionRule`` (``oldSelf``: updates only).
 """
 
 from __future__ import annotations
@@ -36,12 +37,22 @@ PRINTER_COLUMNS: Final = (
     ("R", "integer", ".spec.replicasToAggregate", 1, "Gradients aggregated per update."),
     ("Aggregating", "integer", ".status.replicasToAggregate", 1,
      "Gradients the coordinator aggregates per update now (below R while degraded)."),
-    ("Workers", "integer", ".spec.workers", 1, "Non-chief workers."),
+    ("Workers", "integer", ".spec.workers", 1, "Non-chief workers (spec)."),
+    ("Worker-Pods", "integer", ".status.workers", 1,
+     "Worker pods that exist and are not being deleted (differs from Workers while resizing)."),
     ("PS", "integer", ".spec.parameterServers", 1, "Parameter servers."),
     ("Chief-Restarts", "integer", ".status.chiefRestarts", 1,
      "Chief restarts handled by the chief restart policy."),
     ("Age", "date", ".metadata.creationTimestamp", 0, ""),
 )  # fmt: skip
+
+# kubectl scale and an HPA change spec.workers (the CRD's rules allow it only with
+# spec.elasticPolicy, within its bounds); the operator reports the worker pods it sees.
+SCALE: Final = {
+    "specReplicasPath": ".spec.workers",
+    "statusReplicasPath": ".status.workers",
+    "labelSelectorPath": ".status.workerSelector",
+}
 
 
 # Keys in the order a reader expects them, whatever order the markers came in.
@@ -176,8 +187,10 @@ def model_schema(model: type[BaseModel], where: str = "") -> Schema:
         f.key: _field_schema(model, f, f"{where}.{f.key}" if where else f.key)
         for f in fields(model)
     }
-    if issubclass(model, ApiModel) and model.cel_rules:
-        node["x-kubernetes-validations"] = [rule.to_crd() for rule in model.cel_rules]
+    if issubclass(model, ApiModel) and (model.cel_rules or model.transition_rules):
+        node["x-kubernetes-validations"] = [rule.to_crd() for rule in model.cel_rules] + [
+            rule.to_crd() for rule in model.transition_rules
+        ]
     return _ordered(node)
 
 
@@ -238,7 +251,7 @@ def build_crd() -> Schema:
                     "name": resource.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, "scale": SCALE},
                     "additionalPrinterColumns": [_column(*c) for c in PRINTER_COLUMNS],
                     "schema": {"openAPIV3Schema": open_api_schema()},
                 }

@@ -94,6 +94,27 @@ class Rule(Generic[Node]):
         return out
 
 
+@dataclass(frozen=True)
+class TransitionRule(Generic[Node]):
+    """A rule between the stored object and its update (CEL's ``oldSelf``), declared once in
+    both forms: ``cel`` with ``message`` and ``field_path`` for the CRD, ``check(old, new)``
+    for Python (``syncreplicas_operator.core.spec.immutable_changes``). It runs on updates
+    only; ``check`` returns one (path relative to the node, message) per problem."""
+
+    cel: str
+    message: str
+    check: Callable[[Node, Node], Sequence[tuple[str, str]]]
+    field_path: str = ""
+
+    def to_crd(self) -> dict[str, str]:
+        """The rule as an ``x-kubernetes-validations`` item."""
+        out = {"rule": self.cel}
+        if self.field_path:
+            out["fieldPath"] = self.field_path
+        out["message"] = self.message
+        return out
+
+
 Int32 = Annotated[int, Strict(), Format("int32")]
 Int64 = Annotated[int, Strict(), Format("int64")]
 Number = Annotated[float, Strict()]
@@ -105,7 +126,8 @@ DateTime = Annotated[str, Strict(), Format("date-time")]
 class ApiModel(BaseModel):
     """An object of the API: camelCase names, no unknown fields, frozen, ``null`` = absent.
 
-    ``cel_rules`` are the object's rules across its fields (``Rule`` on this node)."""
+    ``cel_rules`` are the object's rules across its fields (``Rule`` on this node);
+    ``transition_rules`` compare it with the stored object on an update."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -116,6 +138,7 @@ class ApiModel(BaseModel):
         serialize_by_alias=True,
     )
     cel_rules: ClassVar[tuple[Rule[Any], ...]] = ()
+    transition_rules: ClassVar[tuple[TransitionRule[Any], ...]] = ()
 
     @model_validator(mode="before")
     @classmethod

@@ -21,7 +21,7 @@ RECOVERY_CAUSES: Final[tuple[str, ...]] = get_args(RecoveryCause)
 class Condition(ApiModel):
     type: Str = Field(
         description="Created, Running, Restarting, Succeeded, Failed, Suspended, Stalled, "
-        "Degraded or StragglerDetected."
+        "Degraded, StragglerDetected or Resizing."
     )
     status: Literal["True", "False", "Unknown"]
     reason: Str | None = Field(None, description="CamelCase reason for the last transition.")
@@ -114,6 +114,16 @@ class JobStatus(ApiModel):
         None, description="Latest observations of the job's state."
     )
     replica_statuses: ReplicaStatuses | None = Field(None, description="Counts per replica type.")
+    workers: Int32 | None = Field(
+        None,
+        description="Worker pods that exist and are not being deleted (the scale "
+        "subresource's status replicas; spec.workers once a resize is done).",
+    )
+    worker_selector: Str | None = Field(
+        None,
+        description="Label selector of the job's worker pods (the scale subresource's "
+        "selector, for an HPA).",
+    )
     global_step: Int64 | None = Field(
         None, description="Global step, read from the chief's metrics."
     )

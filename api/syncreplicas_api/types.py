@@ -7,7 +7,7 @@ Python names are snake_case, the manifest's camelCase (aliases).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Final
+from typing import Annotated, Any, ClassVar, Final, Protocol
 
 from pydantic import Field, model_validator
 
@@ -24,6 +24,7 @@ from .fields import (
     Number,
     Rule,
     Str,
+    TransitionRule,
 )
 from .templates import (
     MAX_IMAGE_LENGTH,
@@ -309,15 +310,33 @@ ParameterServers = Annotated[
 ]
 
 
+def _min_within_max(policy: ElasticPolicy) -> list[tuple[str, str]]:
+    if policy.min_workers <= policy.max_workers:
+        return []
+    high, low = policy.max_workers, policy.min_workers
+    return [("minWorkers", f"must be <= maxWorkers ({high}), got {low}")]
+
+
 class ElasticPolicy(ApiModel):
     """``spec.elasticPolicy``: the bounds within which ``workers`` may change while the job
     trains (``kubectl scale``, an HPA)."""
 
+    cel_rules = (
+        Rule(
+            "self.minWorkers <= self.maxWorkers",
+            "spec.elasticPolicy.minWorkers must be <= maxWorkers",
+            _min_within_max,
+            field_path=".minWorkers",
+        ),
+    )
     min_workers: Annotated[Int32, CelBounds(), Immutable()] = Field(
         0,
         ge=0,
         le=resource.MAX_WORKERS,
-        description="Fewest workers the job may be scaled to. Immutable.",
+        description="Fewest workers the job may be scaled to (<= maxWorkers). The job must "
+        "be able to train with this many: minReplicasToAggregate (default "
+        "replicasToAggregate) <= 1 + minWorkers, and a gang scheduler's PodGroup counts "
+        "these workers only. Immutable.",
     )
     max_workers: Annotated[Int32, CelBounds(), Immutable()] = Field(
         ge=1,
@@ -325,6 +344,56 @@ class ElasticPolicy(ApiModel):
         description="Most workers the job may be scaled to: every parameter server is told "
         "this many worker slots when the job starts. Immutable.",
     )
+
+
+class ScalableShape(Protocol):
+    """What the rules on ``workers`` read: the API's spec and the operator's parsed one."""
+
+    @property
+    def workers(self) -> int: ...
+
+    @property
+    def elastic_policy(self) -> ElasticPolicy | None: ...
+
+
+def _workers_within_policy(shape: ScalableShape) -> list[tuple[str, str]]:
+    policy, workers = shape.elastic_policy, shape.workers
+    if policy is None or policy.min_workers <= workers <= policy.max_workers:
+        return []
+    if workers < policy.min_workers:
+        return [("workers", f"must be >= elasticPolicy.minWorkers ({policy.min_workers}), "
+                            f"got {workers}")]  # fmt: skip
+    return [("workers", f"must be <= elasticPolicy.maxWorkers ({policy.max_workers}), "
+                        f"got {workers}")]  # fmt: skip
+
+
+def _min_workers_can_update(shape: ClusterShape) -> list[tuple[str, str]]:
+    policy = shape.elastic_policy
+    fewest = shape.min_replicas_to_aggregate
+    value = shape.replicas_to_aggregate if fewest is None else fewest
+    if policy is None or value <= 1 + policy.min_workers:
+        return []
+    said = "" if fewest is not None else " (the default, replicasToAggregate)"
+    return [
+        (
+            "minReplicasToAggregate",
+            f"must be <= 1 + elasticPolicy.minWorkers ({1 + policy.min_workers}): the chief "
+            f"and minWorkers workers must be able to make an update; got {value}{said}",
+        )
+    ]
+
+
+def _policy_kept(old: ScalableShape, new: ScalableShape) -> list[tuple[str, str]]:
+    if (old.elastic_policy is None) == (new.elastic_policy is None):
+        return []
+    return [("elasticPolicy", "cannot be added or removed once the job exists")]
+
+
+def _workers_fixed(old: ScalableShape, new: ScalableShape) -> list[tuple[str, str]]:
+    if new.elastic_policy is not None or old.workers == new.workers:
+        return []
+    return [("workers", "can change only with spec.elasticPolicy (set it when the job is "
+                        "created)")]  # fmt: skip
 
 
 class ClusterShape(ApiModel):
@@ -349,6 +418,26 @@ class ClusterShape(ApiModel):
                 else []
             ),
         ),
+        Rule(
+            "!has(self.elasticPolicy) || (self.elasticPolicy.minWorkers <= self.workers && "
+            "self.workers <= self.elasticPolicy.maxWorkers)",
+            "spec.workers must be within spec.elasticPolicy's minWorkers..maxWorkers",
+            _workers_within_policy,
+            field_path=".workers",
+            message_expression="'spec.workers must be in [%d, %d] (spec.elasticPolicy), got "
+            "%d'.format([self.elasticPolicy.minWorkers, self.elasticPolicy.maxWorkers, "
+            "self.workers])",
+        ),
+        Rule(
+            "!has(self.elasticPolicy) || (has(self.minReplicasToAggregate) ? "
+            "self.minReplicasToAggregate : self.replicasToAggregate) <= "
+            "1 + self.elasticPolicy.minWorkers",
+            "spec.minReplicasToAggregate (default replicasToAggregate) must be <= 1 + "
+            "spec.elasticPolicy.minWorkers: the chief and minWorkers workers must be able to "
+            "make an update",
+            _min_workers_can_update,
+            field_path=".minReplicasToAggregate",
+        ),
     )
     replicas_to_aggregate: Annotated[Int32, CelBounds(), Immutable()] = Field(
         ge=1,
@@ -367,16 +456,21 @@ class ClusterShape(ApiModel):
         "examples per step fewer. Immutable.",
     )
     parameter_servers: ParameterServers = 1
-    workers: Annotated[Int32, CelBounds(), Immutable()] = Field(
+    # Immutable without elastic_policy: a transition rule on the spec (JobSpec), not a marker.
+    workers: Annotated[Int32, CelBounds()] = Field(
         ge=0,
         le=resource.MAX_WORKERS,
-        description="W: non-chief workers. Replicas = 1 (chief) + W. Immutable.",
+        description="W: non-chief workers. Replicas = 1 (chief) + W. Immutable, unless "
+        "elasticPolicy is set: then it may change within minWorkers..maxWorkers while the job "
+        "trains (kubectl scale, an HPA: the scale subresource's replicas).",
     )
     elastic_policy: ElasticPolicy | None = Field(
         None,
-        description="Lets workers change while the job trains, within these bounds (without "
-        "it, workers is immutable). Workers join the running job and leave it at SIGTERM; "
-        "no step is lost and the updates go on.",
+        description="Lets workers change while the job trains, within these bounds; set it "
+        "when the job is created (it cannot be added or removed later; without it, workers "
+        "is immutable). The operator creates the new workers' Services and pods, which join "
+        "the running job, and deletes the pods of workers beyond workers (highest index "
+        "first), which leave it at SIGTERM; no step is lost and the updates go on.",
     )
     initial_tokens: Annotated[Int32, Immutable()] = Field(
         0,
@@ -441,6 +535,21 @@ class JobSpec(ClusterShape):
     cel_rules = (
         *ClusterShape.cel_rules,
         *(_role_sidecars_rule(role) for role in resource.REPLICA_TYPES),
+    )
+    transition_rules = (
+        TransitionRule(
+            "has(self.elasticPolicy) == has(oldSelf.elasticPolicy)",
+            "spec.elasticPolicy cannot be added or removed once the job exists",
+            _policy_kept,
+            field_path=".elasticPolicy",
+        ),
+        TransitionRule(
+            "has(self.elasticPolicy) || self.workers == oldSelf.workers",
+            "spec.workers can change only with spec.elasticPolicy (set it when the job is "
+            "created)",
+            _workers_fixed,
+            field_path=".workers",
+        ),
     )
     model: ModelSpec = Field(description="The model every replica builds.")
     training: Annotated[TrainingSpec, Immutable()] = Field(

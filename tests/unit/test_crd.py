@@ -224,6 +224,13 @@ def fixture(name: str) -> dict[str, Any]:
     return yaml.safe_load((ROOT / "tests/fixtures/manifests" / name).read_text())
 
 
+def elastic(**spec: Any) -> dict[str, Any]:
+    """minimal.yaml (R 2, 2 workers) with elasticPolicy 1..6 and ``spec`` on top."""
+    manifest = minimal()
+    manifest["spec"].update({"elasticPolicy": {"minWorkers": 1, "maxWorkers": 6}, **spec})
+    return manifest
+
+
 def with_value(base: Callable[[], dict[str, Any]], dotted: str, value: Any) -> dict[str, Any]:
     """``base()`` with the field at ``dotted`` set (or removed when value is MISSING)."""
     manifest = base()
@@ -261,6 +268,12 @@ GOOD = [
         id="straggler-policy-bounds",
     ),
     pytest.param(with_value(minimal, "metadata.name", "a" * 51), id="longest-name"),
+    pytest.param(with_value(minimal, "spec.elasticPolicy", {"minWorkers": 1, "maxWorkers": 6}),
+                 id="elastic"),
+    pytest.param(with_value(minimal, "spec.elasticPolicy", {"minWorkers": 2, "maxWorkers": 2}),
+                 id="elastic-at-both-bounds"),
+    pytest.param(elastic(workers=0, minReplicasToAggregate=1, elasticPolicy={"maxWorkers": 4}),
+                 id="elastic-from-zero"),
     pytest.param(with_value(minimal, "spec.model.args", {"hidden": [64, 32]}), id="args"),
     pytest.param(
         with_value(minimal, "spec.runPolicy.schedulingPolicy",
@@ -430,6 +443,18 @@ BAD = [
     ("metadata.name", "Bad_Name", "metadata.name"),
     ("metadata.name", "1starts-with-digit", "metadata.name"),
     ("metadata.name", "a" * 52, "metadata.name"),
+    # elasticPolicy on minimal.yaml (R 2, 2 workers): its bounds hold workers, and the chief
+    # with minWorkers workers must be able to make an update.
+    ("spec.elasticPolicy", {"minWorkers": 3, "maxWorkers": 6}, "spec.workers"),
+    ("spec.elasticPolicy", {"minWorkers": 1, "maxWorkers": 1}, "spec.workers"),
+    ("spec.elasticPolicy", {"minWorkers": 4, "maxWorkers": 3}, "spec.elasticPolicy.minWorkers"),
+    ("spec.elasticPolicy", {"maxWorkers": 4}, "spec.minReplicasToAggregate"),
+    ("spec.elasticPolicy", {"minWorkers": 1}, "spec.elasticPolicy.maxWorkers"),
+    ("spec.elasticPolicy", {"minWorkers": 1, "maxWorkers": 0}, "spec.elasticPolicy.maxWorkers"),
+    ("spec.elasticPolicy", {"minWorkers": -1, "maxWorkers": 4},
+     "spec.elasticPolicy.minWorkers"),
+    ("spec.elasticPolicy", {"minWorkers": 1, "maxWorkers": 4, "stepWorkers": 1},
+     "spec.elasticPolicy.stepWorkers"),
 ]
 INVALID_FILES = sorted((ROOT / "tests/fixtures/invalid").glob("*.yaml"))
 
@@ -468,6 +493,19 @@ TRANSITIONS = [
     ("spec.stallTimeoutSeconds", 30, None),
     ("spec.image", "example.org/runtime:2", None),
     ("spec.model.args", {"hidden": [8]}, None),
+    ("spec.elasticPolicy", {"minWorkers": 1, "maxWorkers": 6}, "spec.elasticPolicy"),
+]
+
+# Updates of an elastic job (minimal.yaml with elasticPolicy 1..6, 2 workers): (field, new
+# value, the field the refusal names or None if allowed).
+ELASTIC_TRANSITIONS = [
+    ("spec.workers", 4, None),
+    ("spec.workers", 1, None),
+    ("spec.workers", 6, None),
+    ("spec.elasticPolicy", MISSING, "spec.elasticPolicy"),
+    ("spec.elasticPolicy.maxWorkers", 8, "spec.elasticPolicy.maxWorkers"),
+    ("spec.elasticPolicy.minWorkers", 0, "spec.elasticPolicy.minWorkers"),
+    ("spec.replicasToAggregate", 1, "spec.replicasToAggregate"),
 ]
 
 
@@ -486,12 +524,20 @@ def test_crd_identity() -> None:
     )
     assert names["shortNames"] == [naming.SHORT_NAME]
     assert [v["name"] for v in CRD["spec"]["versions"]] == [naming.VERSION]
-    assert VERSION["subresources"] == {"status": {}}
+    assert VERSION["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.workers",
+            "statusReplicasPath": ".status.workers",
+            "labelSelectorPath": ".status.workerSelector",
+        },
+    }
     columns = {c["name"]: c["jsonPath"] for c in VERSION["additionalPrinterColumns"]}
     assert columns["Phase"] == ".status.phase"
     assert columns["Step"] == ".status.globalStep"
     assert columns["Ready"] == ".status.ready"
     assert columns["Age"] == ".metadata.creationTimestamp"
+    assert columns["Worker-Pods"] == ".status.workers"
 
 
 def test_crd_is_a_valid_kubernetes_object() -> None:
@@ -676,7 +722,10 @@ def test_immutable_fields_match_spec_py() -> None:
         return any(r["rule"] == "self == oldSelf" for r in node.get("x-kubernetes-validations", []))
 
     in_crd = {k for k, v in props.items() if immutable(v)} | {
-        f"model.{k}" for k, v in props["model"]["properties"].items() if immutable(v)
+        f"{parent}.{k}"
+        for parent in ("model", "elasticPolicy")
+        for k, v in props[parent]["properties"].items()
+        if immutable(v)
     }
     assert in_crd == set(spec.IMMUTABLE_FIELDS)
 
@@ -738,6 +787,30 @@ def test_updates_same_on_both_sides(field: str, value: Any, refused: str | None)
     assert [path for path, _ in update] == ([refused] if refused else []), update
     changes = spec.immutable_changes(spec.parse_job(old).spec, spec.parse_job(new).spec)
     assert [p.path for p in changes] == ([refused] if refused else [])
+
+
+@pytest.mark.parametrize(("field", "value", "refused"), ELASTIC_TRANSITIONS)
+def test_elastic_updates_same_on_both_sides(field: str, value: Any, refused: str | None) -> None:
+    old = elastic(minReplicasToAggregate=1)
+    new = with_value(lambda: elastic(minReplicasToAggregate=1), field, value)
+    assert crd_problems(new) == []
+    update = crd_problems(new, old)
+    assert [path for path, _ in update] == ([refused] if refused else []), update
+    changes = spec.immutable_changes(spec.parse_job(old).spec, spec.parse_job(new).spec)
+    assert [p.path for p in changes] == ([refused] if refused else [])
+
+
+def test_scaling_out_of_bounds_names_workers() -> None:
+    """An update (kubectl scale) beyond the bounds fails like a create, naming spec.workers
+    with the bounds."""
+    old = elastic(minReplicasToAggregate=1)
+    for workers, said in ((7, "[1, 6]"), (0, "[1, 6]")):
+        problems = crd_problems(with_value(lambda: old, "spec.workers", workers), old)
+        assert problems == [("spec.workers", f"spec.workers must be in {said} "
+                                             f"(spec.elasticPolicy), got {workers}")]  # fmt: skip
+        with pytest.raises(spec.SpecError) as caught:
+            spec.parse_job(with_value(lambda: old, "spec.workers", workers))
+        assert [p.path for p in caught.value.problems] == ["spec.workers"]
 
 
 def test_adding_a_default_is_not_a_change() -> None:

@@ -192,9 +192,46 @@ def test_specs_are_frozen_and_comparable() -> None:
         ({"runPolicy": {"suspend": True}, "image": "x"}, []),
         ({"replicasToAggregate": 3, "parameterServers": 2},
          ["spec.replicasToAggregate", "spec.parameterServers"]),
+        ({"elasticPolicy": {"minWorkers": 1, "maxWorkers": 4}}, ["spec.elasticPolicy"]),
     ],
 )  # fmt: skip
 def test_immutable_changes(change: dict[str, Any], fields: list[str]) -> None:
     old = spec.parse_job(manifest()).spec
     new = spec.parse_job(manifest(**change)).spec
     assert [p.path for p in spec.immutable_changes(old, new)] == fields
+
+
+ELASTIC = {"minReplicasToAggregate": 1, "elasticPolicy": {"minWorkers": 1, "maxWorkers": 4}}
+
+
+@pytest.mark.parametrize(
+    ("change", "problems"),
+    [
+        ({"workers": 4}, []),
+        ({"workers": 1}, []),
+        ({"elasticPolicy": None}, [("spec.elasticPolicy",
+                                    "cannot be added or removed once the job exists")]),
+        ({"elasticPolicy": None, "workers": 2}, [
+            ("spec.elasticPolicy", "cannot be added or removed once the job exists"),
+            ("spec.workers", "can change only with spec.elasticPolicy (set it when the job is "
+                             "created)"),
+        ]),
+        ({"elasticPolicy": {"minWorkers": 1, "maxWorkers": 5}},
+         [("spec.elasticPolicy.maxWorkers", "is immutable once the job exists")]),
+    ],
+)  # fmt: skip
+def test_immutable_changes_of_an_elastic_job(
+    change: dict[str, Any], problems: list[tuple[str, str]]
+) -> None:
+    """workers changes exactly when the job has an elasticPolicy, which stays as it was."""
+    old = spec.parse_job(manifest(**ELASTIC)).spec
+    new = spec.parse_job(manifest(**{**ELASTIC, **change})).spec
+    assert [tuple(p) for p in spec.immutable_changes(old, new)] == problems
+
+
+def test_workers_change_message_says_what_to_do() -> None:
+    old = spec.parse_job(manifest()).spec
+    new = spec.parse_job(manifest(workers=4)).spec
+    assert [str(p) for p in spec.immutable_changes(old, new)] == [
+        "spec.workers: can change only with spec.elasticPolicy (set it when the job is created)"
+    ]

@@ -6,7 +6,8 @@ lists every problem with its field path (``spec.training.batchSize``). The types
 defaults, bounds and rules are the API's (``syncreplicas_api.types``), the same the CRD is
 generated from, so ``syncreplicas validate``, ``syncreplicas run`` and the operator reject
 exactly what the API server would. ``immutable_changes`` follows the types' ``Immutable``
-fields (the CRD's ``self == oldSelf`` rules).
+fields (the CRD's ``self == oldSelf`` rules) and the spec's transition rules (``workers``
+changes only with ``elasticPolicy``, which is never added or removed).
 
 Pure: no I/O, no Kubernetes client. Free-form parts (``model.args``, pod templates) are
 deep-copied so that callers can never mutate the manifest they came from through a spec.
@@ -17,14 +18,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, Final
 
 from pydantic import BaseModel
 from syncreplicas_api import types as api
 from syncreplicas_api.fields import Immutable
 from syncreplicas_api.fields_walk import fields
-from syncreplicas_api.problems import Problem, type_name, validate
+from syncreplicas_api.problems import Problem, join, type_name, validate
 from syncreplicas_api.types import (
     MetricsSpec,
     ModelSpec,
@@ -254,24 +254,48 @@ def _immutable(model: type[BaseModel], prefix: str = "", names: str = "") -> dic
     return found
 
 
+# An immutable field inside an optional object the spec does not have (elasticPolicy).
+_ABSENT: Final = object()
+
+
+def _reader(attribute: str) -> Callable[[JobSpec], object]:
+    """Read a dotted attribute path; ``_ABSENT`` when an object on the way is None."""
+
+    def read(spec: JobSpec) -> object:
+        value: object = spec
+        for name in attribute.split("."):
+            if value is None:
+                return _ABSENT
+            value = getattr(value, name)
+        return value
+
+    return read
+
+
 # Fields that cannot change once the job exists: they shape the TensorFlow cluster and the
 # training every replica already runs. Everything else (run policy, chief restart policy,
 # stall timeout, image, templates, model.args) may change and applies to replicas created
 # afterwards. model.args and the templates are free-form (x-kubernetes-preserve-unknown-
 # fields), whose contents CEL rules cannot see, so the API server could not enforce their
-# immutability and neither does this module.
+# immutability and neither does this module. ``workers`` is not here: it may change when
+# the job has an elasticPolicy (the spec's transition rules, api.JobSpec.transition_rules).
 IMMUTABLE_FIELDS: Final[dict[str, Callable[[JobSpec], object]]] = {
-    key: attrgetter(attribute) for key, attribute in _immutable(api.JobSpec).items()
+    key: _reader(attribute) for key, attribute in _immutable(api.JobSpec).items()
 }
 
 
 def immutable_changes(old: JobSpec, new: JobSpec, path: str = "spec") -> list[Problem]:
-    """One problem per immutable field that differs between the stored and the new spec.
+    """One problem per field that may not change between the stored and the new spec: an
+    immutable field that differs, and every transition rule of the spec that fails.
 
     Parsed specs compare with defaults applied, as the API server's transition rules see
-    the stored (defaulted) object."""
-    return [
-        Problem(f"{path}.{name}", "is immutable once the job exists")
-        for name, read in IMMUTABLE_FIELDS.items()
-        if read(old) != read(new)
-    ]
+    the stored (defaulted) object; a field inside an object only one side has is not
+    compared (the API server runs a field's transition rule only when both have it)."""
+    problems = []
+    for name, read in IMMUTABLE_FIELDS.items():
+        before, after = read(old), read(new)
+        if before is not _ABSENT and after is not _ABSENT and before != after:
+            problems.append(Problem(f"{path}.{name}", "is immutable once the job exists"))
+    for rule in api.JobSpec.transition_rules:
+        problems.extend(Problem(join(path, where), why) for where, why in rule.check(old, new))
+    return problems
