@@ -280,7 +280,9 @@ class RunPolicy(ApiModel):
         None,
         description="Gang scheduling: the operator creates a PodGroup owned by the job whose "
         "minMember is every PS, the chief and the workers needed for "
-        "min(replicasToAggregate, 1 + workers) replicas to train, and gives every pod the "
+        "min(replicasToAggregate, 1 + workers) replicas to train (with elasticPolicy, "
+        "1 + minWorkers: the job trains with that many, and the group stays the same through "
+        "every resize), and gives every pod the "
         "scheduler's name and the group's label (Coscheduling) or annotation (Volcano). The "
         "job fails if the API server does not serve the gang scheduler's PodGroup API.",
     )

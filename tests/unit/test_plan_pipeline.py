@@ -22,6 +22,7 @@ ALL_STEPS = [
     "check_gang_scheduler",
     "handle_exits",
     "check_chief",
+    "plan_resize",
     "reconcile_children",
     "report_progress",
     "report_recovery",

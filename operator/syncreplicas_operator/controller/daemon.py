@@ -6,7 +6,8 @@ job's pods and Services once when it starts (a child's first watch event can sti
 flight then), so an operator restart never re-creates a child. Writes go through
 ``resources.k8s`` in a worker thread. The status this loop last wrote is its base for the
 next pass (its own write's watch event may lag). A write the API refuses becomes one
-Warning Event and a retry, not a crash.
+Warning Event and a retry, not a crash. An update of the job that the CRD's rules would
+refuse is not applied (one Warning Event); the loop goes on with the job it accepted.
 
 No kopf here: ``handlers`` passes kopf's objects in and turns :class:`InvalidJob` into
 kopf's PermanentError.
@@ -28,7 +29,7 @@ from ..core import manifests, naming
 from ..core.actions import WARNING, CreateChild, DeletePodGroup
 from ..core.plan.pipeline import plan_job
 from ..core.recovery import SeenPod
-from ..core.spec import Job, SpecError, parse_job
+from ..core.spec import Job, Problem, SpecError, immutable_changes, parse_job
 from ..core.status import ObservedPod, observe_pod
 from ..core.straggler import Scrape, drop_fractions
 from ..core.timefmt import format_time
@@ -37,7 +38,7 @@ from ..resources.metrics import OperatorMetrics
 from . import replicametrics
 from .apply import apply_plan
 from .expectations import Expectations
-from .invalid import plan_invalid_job
+from .invalid import plan_invalid_job, refused_update_message
 from .settings import SETTINGS
 
 log = logging.getLogger("syncreplicas.operator")
@@ -102,6 +103,13 @@ class JobState:
     # Whether this loop created (True) or deleted (False) the job's PodGroup; None until it
     # did either (nothing watches PodGroups: their API may not even exist).
     pod_group: bool | None = None
+    # The job as this loop last accepted it. An update the API server's rules refuse (an
+    # immutable field, workers without elasticPolicy, workers out of its bounds) can still
+    # reach the operator when those rules are not installed (an old CRD, kmock): it is not
+    # applied, as the API server would not have; the loop goes on with this job. Lost on
+    # a restart (the first spec seen is accepted).
+    job: Job | None = None
+    refused: str = ""  # the last refused update reported as an Event (reported once)
 
 
 STATES: dict[JobKey, JobState] = {}
@@ -181,9 +189,17 @@ async def reconcile(
     )
     try:
         job = parse_job(raw, default_namespace=namespace)
+        refused = immutable_changes(state.job.spec, job.spec) if state.job is not None else []
     except SpecError as exc:
-        await report_invalid(raw, current_status, exc)
-        raise InvalidJob(f"invalid spec: {exc}") from exc
+        if state.job is None:
+            await report_invalid(raw, current_status, exc)
+            raise InvalidJob(f"invalid spec: {exc}") from exc
+        refused = list(exc.problems)  # an update of a job that runs: not applied
+    if refused and state.job is not None:
+        job = state.job
+        await report_refused(raw, state, refused)
+    else:
+        state.job, state.refused = job, ""
 
     key = (namespace, name)
     pods = list(indexes.pods.get(key, ()))
@@ -332,6 +348,25 @@ async def report_write_failure(raw: Mapping[str, Any], state: JobState, exc: k8s
     with contextlib.suppress(k8s.ApiError):
         await asyncio.to_thread(
             api().post_event, meta["namespace"], raw, WARNING, naming.REASON_WRITE_FAILED, message
+        )
+
+
+async def report_refused(raw: Mapping[str, Any], state: JobState, problems: list[Problem]) -> None:
+    """An update not applied: one Warning Event naming the fields (once per update)."""
+    message = refused_update_message(problems)
+    if message == state.refused:
+        return
+    state.refused = message
+    meta = raw["metadata"]
+    log.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
+    with contextlib.suppress(k8s.ApiError):
+        await asyncio.to_thread(
+            api().post_event,
+            meta["namespace"],
+            raw,
+            WARNING,
+            naming.REASON_SPEC_CHANGE_REFUSED,
+            message,
         )
 
 

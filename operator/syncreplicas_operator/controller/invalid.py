@@ -1,4 +1,5 @@
-"""The status and Event for a job whose spec does not parse: Failed, naming every bad field.
+"""The status and Event for a job whose spec does not parse: Failed, naming every bad field;
+and the Event of an update that is not applied to a job that runs.
 
 Pure; the daemon writes the result. Reported once: a job already marked Failed with the
 same conditions (e.g. before an operator restart) gives no plan.
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import naming
-from ..core.spec import SpecError
+from ..core.spec import Problem, SpecError
 from ..core.status import set_condition
 
 
@@ -42,3 +43,10 @@ def plan_invalid_job(
     if "completionTime" not in current:
         patch["completionTime"] = now
     return InvalidJobPlan(status_patch=patch, message=message)
+
+
+def refused_update_message(problems: list[Problem]) -> str:
+    """The Warning Event of an update not applied (REASON_SPEC_CHANGE_REFUSED): the job goes
+    on as it was; each problem names its field."""
+    said = "; ".join(str(p) for p in problems)
+    return f"spec update not applied (the job goes on with the spec it had): {said}"

@@ -279,8 +279,14 @@ def pod_group_api_version(spec: JobSpec) -> str | None:
 def pod_group_min_member(spec: JobSpec) -> int:
     """Pods that must be placed together for the job to train at all: every PS, the chief
     and the workers that make up min(replicasToAggregate, replicas) gradient replicas. A
-    replica beyond that is a backup: it may wait for room without holding the others."""
-    return spec.parameter_servers + min(spec.replicas_to_aggregate, spec.total_replicas)
+    replica beyond that is a backup: it may wait for room without holding the others.
+
+    An elastic job trains with elasticPolicy.minWorkers workers (its rules make
+    minReplicasToAggregate fit them), so those are the workers counted: the group stays
+    the same through every resize and never asks for more pods than a scaled-down job has."""
+    policy = spec.elastic_policy
+    replicas = 1 + policy.min_workers if policy is not None else spec.total_replicas
+    return spec.parameter_servers + min(spec.replicas_to_aggregate, replicas)
 
 
 def build_pod_group(job: Job) -> Manifest:

@@ -110,6 +110,8 @@ CONDITION_SUSPENDED: Final = "Suspended"
 CONDITION_STALLED: Final = "Stalled"
 CONDITION_DEGRADED: Final = "Degraded"
 CONDITION_STRAGGLER_DETECTED: Final = "StragglerDetected"
+# An elastic job's worker pods are being created or deleted to match spec.workers.
+CONDITION_RESIZING: Final = "Resizing"
 CONDITION_TYPES: Final = (
     CONDITION_CREATED,
     CONDITION_RUNNING,
@@ -120,6 +122,7 @@ CONDITION_TYPES: Final = (
     CONDITION_STALLED,
     CONDITION_DEGRADED,
     CONDITION_STRAGGLER_DETECTED,
+    CONDITION_RESIZING,
 )
 
 REASON_INVALID_SPEC: Final = "InvalidSpec"
@@ -155,6 +158,14 @@ REASON_CLEANED_UP: Final = "CleanedUp"
 REASON_WRITE_FAILED: Final = "WriteFailed"
 REASON_GANG_SCHEDULER_MISSING: Final = "GangSchedulerMissing"
 REASON_FORCE_DELETED: Final = "ForceDeleted"
+# Elastic workers: the Event of a resize, the Resizing condition's reasons, and an update
+# the operator does not apply (the stored spec's immutable fields, or an invalid update of
+# a job that runs: what the API server's rules refuse, when they were not there to).
+REASON_RESIZING: Final = "Resizing"
+REASON_SCALING_UP: Final = "ScalingUp"
+REASON_SCALING_DOWN: Final = "ScalingDown"
+REASON_RESIZED: Final = "Resized"
+REASON_SPEC_CHANGE_REFUSED: Final = "SpecChangeRefused"
 
 # --- names --------------------------------------------------------------------------------
 
@@ -210,6 +221,12 @@ def job_selector(job: str) -> str:
     return f"{LABEL_JOB_NAME}={job}"
 
 
+def worker_selector(job: str) -> str:
+    """Label selector of the job's worker pods (status.workerSelector: the scale
+    subresource's selector, which an HPA reads)."""
+    return f"{LABEL_JOB_NAME}={job},{LABEL_REPLICA_TYPE}={WORKER}"
+
+
 def parse_replica_name(job: str, name: str) -> tuple[str, int] | None:
     """(type, index) of a child named by :func:`replica_name`, or None if it is not one.
 
@@ -218,11 +235,15 @@ def parse_replica_name(job: str, name: str) -> tuple[str, int] | None:
     prefix = f"{job}-"
     if not name.startswith(prefix):
         return None
-    rest = name[len(prefix) :]
+    return parse_replica_key(name[len(prefix) :])
+
+
+def parse_replica_key(key: str) -> tuple[str, int] | None:
+    """(type, index) of a :func:`replica_key` (``worker-3``), or None if it is not one."""
     for replica_type in REPLICA_TYPES:
         head = f"{replica_type}-"
-        if rest.startswith(head):
-            digits = rest[len(head) :]
+        if key.startswith(head):
+            digits = key[len(head) :]
             if digits.isdigit() and str(int(digits)) == digits:
                 return replica_type, int(digits)
     return None

@@ -170,6 +170,12 @@ def track_recovery(
     return RecoveryUpdate(rec, tuple(started))
 
 
+def end_without_replica(record: Mapping[str, Any], why: str, now: str) -> dict[str, Any]:
+    """A recovery whose replica will not come back (a resize removed it): over now, the
+    message saying why, no steps counted as lost to it."""
+    return {**record, "message": f"{record['message']}; {why}", "recoveredAt": now}
+
+
 def recovered_message(record: Mapping[str, Any], seconds: float | None) -> str:
     """The Event of a finished recovery."""
     took = f" in {seconds:.0f}s" if seconds is not None else ""

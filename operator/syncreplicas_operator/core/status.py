@@ -249,6 +249,12 @@ def replica_statuses(
     return out
 
 
+def observed_workers(pods: Iterable[ObservedPod]) -> int:
+    """Worker pods that exist and are not being deleted: ``status.workers``, which the
+    scale subresource reports and the Resizing condition compares with spec.workers."""
+    return sum(1 for p in pods if p.replica_type == naming.WORKER and not p.deleting)
+
+
 def total_restarts(statuses: Mapping[str, Mapping[str, int]]) -> int:
     """Restarts the job has spent against ``backoffLimit``."""
     return sum(int(s.get("restarts", 0)) for s in statuses.values())

@@ -105,6 +105,7 @@ def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
         ctx.resumed
         or restarting_job
         or condition_is_true(ctx.conditions, naming.CONDITION_RESTARTING)
+        or condition_is_true(ctx.conditions, naming.CONDITION_RESIZING)
     )
     created = 0
     replaced: list[str] = []
@@ -133,7 +134,9 @@ def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
             ctx.actions.append(CreateChild(pod))
             ctx.pods[name] = ObservedPod(name=name, replica_type=replica_type, index=index)
             created += 1
-            if unexplained:
+            # A pod without a Service before this pass is a new slot (a scale up), not one
+            # that went missing.
+            if unexplained and name in ctx.observed.services:
                 replaced.append(name)
     if created:
         ctx.actions.append(CountMetric(PODS_CREATED, created))
@@ -145,14 +148,23 @@ def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
 
 
 def _prune(ctx: PlanContext) -> None:
-    """Children beyond the spec's counts (or of unknown types) go."""
+    """Children beyond the spec's counts (or of unknown types) go: pods highest index first
+    (an elastic job scaled down loses its last workers first). The Service of a worker a
+    resize removes goes once its pod is gone: the parameter servers reach the leaving
+    worker through it until it has left."""
     counts = ctx.spec.replica_counts()
-    extra = [p for p in ctx.live_pods() if p.index >= counts.get(p.replica_type, 0)]
+    extra = sorted(
+        (p for p in ctx.live_pods() if p.index >= counts.get(p.replica_type, 0)),
+        key=lambda p: (p.replica_type, -p.index),
+    )
     ctx.delete_pods(extra)
     for service in sorted(ctx.observed.services):
         parsed = naming.parse_replica_name(ctx.job.name, service)
-        if parsed is not None and parsed[1] >= counts.get(parsed[0], 0):
-            ctx.actions.append(DeleteService(service))
+        if parsed is None or parsed[1] < counts.get(parsed[0], 0):
+            continue
+        if ctx.resized_away(*parsed) and service in ctx.pods:
+            continue  # its pod (of the same name) is still there, or going
+        ctx.actions.append(DeleteService(service))
     if extra:
         ctx.event(
             NORMAL,

@@ -94,10 +94,13 @@ class PlanContext:
             replica_type: int(count)
             for replica_type, count in (self.status.get("recreations") or {}).items()
         }
-        # Failures seen this pass, each the start of a recovery (status.lastRecovery).
-        self.failures: list[Failure] = recovery.detect_failures(
-            inputs.observed.seen_pods, inputs.observed.pods
-        )
+        # Failures seen this pass, each the start of a recovery (status.lastRecovery). A
+        # worker a resize removes is going on purpose: whatever its pod does is none.
+        self.failures: list[Failure] = [
+            failure
+            for failure in recovery.detect_failures(inputs.observed.seen_pods, inputs.observed.pods)
+            if not self.resized_away_key(failure.replica)
+        ]
 
     @property
     def job(self) -> Job:
@@ -135,6 +138,20 @@ class PlanContext:
         return condition_is_true(self.conditions, naming.CONDITION_SUCCEEDED) or (
             condition_is_true(self.conditions, naming.CONDITION_FAILED)
         )
+
+    def resized_away(self, replica_type: str, index: int) -> bool:
+        """A worker beyond spec.workers of an elastic job: scaled down, its pod leaves the
+        job and goes (never restarted, never a failure, a recovery or a straggler)."""
+        return (
+            self.spec.elastic_policy is not None
+            and replica_type == naming.WORKER
+            and index >= self.spec.workers
+        )
+
+    def resized_away_key(self, replica: str) -> bool:
+        """:meth:`resized_away` of a replica key (``worker-3``)."""
+        parsed = naming.parse_replica_key(replica)
+        return parsed is not None and self.resized_away(*parsed)
 
     def live_pods(self) -> list[ObservedPod]:
         return [p for p in self.pods.values() if not p.deleting]

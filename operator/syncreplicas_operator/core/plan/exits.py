@@ -1,5 +1,6 @@
 """Replica exits: what each stopped pod means for the job (``policy.decide_replica_exit``),
-restarts against ``backoffLimit``, and the Restarting condition that names them.
+restarts against ``backoffLimit``, and the Restarting condition that names them. The pods
+of workers an elastic job was scaled down from mean nothing here: they leave on purpose.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ def handle_exits(ctx: PlanContext) -> bool:
     for pod in sorted(ctx.live_pods(), key=_creation_order):
         if not pod.finished or pod.exit_code is None:
             continue
+        if ctx.resized_away(pod.replica_type, pod.index):
+            continue  # left the job on purpose (exit 0 at SIGTERM); children.py deletes it
         spent = ctx.restarts_so_far()
         disrupted = bool(pod.disruption)
         decision = decide_replica_exit(
@@ -72,7 +75,10 @@ def handle_exits(ctx: PlanContext) -> bool:
     restarted += [
         f"{p.name} ({_disrupted(p)})"
         for p in sorted(ctx.observed.pods, key=_creation_order)
-        if p.deleting and p.disruption and p.replica_type != naming.CHIEF
+        if p.deleting
+        and p.disruption
+        and p.replica_type != naming.CHIEF
+        and not ctx.resized_away(p.replica_type, p.index)
     ]
     if restarted:
         message = "restarting " + ", ".join(restarted)

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from .. import manifests
 from ..spec import Job
-from . import chief, children, exits, lifecycle, progress, recoveries, stragglers
+from . import chief, children, exits, lifecycle, progress, recoveries, resize, stragglers
 from .context import Inputs, Observed, Plan, PlanContext
 from .result import build_plan
 
@@ -24,6 +24,7 @@ STEPS: Final[tuple[Step, ...]] = (
     lifecycle.check_gang_scheduler,
     exits.handle_exits,
     chief.check_chief,
+    resize.plan_resize,
     children.reconcile_children,
     progress.report_progress,
     recoveries.report_recovery,

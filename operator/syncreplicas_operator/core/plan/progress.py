@@ -20,7 +20,13 @@ def report_progress(ctx: PlanContext) -> bool:
     chief_running = bool(by_type[naming.CHIEF])
     ps_running = len(by_type[naming.PS]) == spec.parameter_servers
     replicas_running = len(by_type[naming.CHIEF]) + len(by_type[naming.WORKER])
-    lost = [p.name for p in live if p.replica_type == naming.WORKER and p.phase == POD_FAILED]
+    lost = [
+        p.name
+        for p in live
+        if p.replica_type == naming.WORKER
+        and p.phase == POD_FAILED
+        and not ctx.resized_away(p.replica_type, p.index)
+    ]
     is_running = chief_running and ps_running
     if is_running and ctx.condition(
         naming.CONDITION_RUNNING,

@@ -30,6 +30,13 @@ def report_recovery(ctx: PlanContext) -> bool:
 
 def track_recovery(ctx: PlanContext, progress: recovery.Progress) -> None:
     """Start, continue or end status.lastRecovery; count each start, an Event at the end."""
+    record = ctx.status.get("lastRecovery")
+    if record and recovery.in_progress(record) and ctx.resized_away_key(str(record["replica"])):
+        # It would never end (its replica is not coming back) and would hold every
+        # straggler eviction back (one at a time).
+        ctx.status["lastRecovery"] = recovery.end_without_replica(
+            record, f"{record['replica']} removed by a resize", ctx.timestamp
+        )
     update = recovery.track_recovery(
         ctx.status.get("lastRecovery"), ctx.failures, progress, ctx.timestamp
     )

@@ -1,5 +1,6 @@
-"""The pass's result: the status's replica counts, readiness and phase, the merge patch
-that writes it, and the ``Plan`` the caller applies.
+"""The pass's result: the status's replica counts (and the worker pods, for the scale
+subresource), readiness and phase, the merge patch that writes it, and the ``Plan`` the
+caller applies.
 """
 
 from __future__ import annotations
@@ -7,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import recovery
+from .. import naming, recovery
 from ..actions import DeleteJob, PatchStatus
-from ..status import phase_of, ready_replicas, replica_statuses
+from ..status import observed_workers, phase_of, ready_replicas, replica_statuses
 from .context import Plan, PlanContext
 
 
@@ -17,6 +18,11 @@ def build_plan(ctx: PlanContext) -> Plan:
     """Complete the status, then the actions in order with the status patch last."""
     live = ctx.live_pods()
     ctx.status["replicaStatuses"] = replica_statuses(live, ctx.recreations)
+    # The scale subresource's status (kubectl scale, an HPA): the worker pods as this pass
+    # leaves them (those it created count, those it deleted do not), so that the next pass,
+    # which observes them, has nothing new to write.
+    ctx.status["workers"] = observed_workers(ctx.pods.values())
+    ctx.status["workerSelector"] = naming.worker_selector(ctx.job.name)
     ctx.status["ready"] = ready_replicas(live, sum(ctx.spec.replica_counts().values()))
     if ctx.recreations:
         ctx.status["recreations"] = dict(ctx.recreations)

@@ -18,6 +18,11 @@ def report_straggler(ctx: PlanContext) -> bool:
     threshold = policy.min_drop_fraction if policy else straggler.DEFAULT_MIN_DROP_FRACTION
     ready = ctx.ready_replicas()
     recovering = recovery.in_progress(ctx.status.get("lastRecovery"))
+    forget_resized_away(ctx)
+    fractions = ctx.observed.drop_fractions
+    if fractions is not None:
+        # A worker a resize removes may still be scraped as it leaves: not a straggler.
+        fractions = {r: f for r, f in fractions.items() if not ctx.resized_away_key(r)}
 
     def evictable(replica: str) -> bool:
         # Never the chief (it writes the checkpoints) and one eviction at a time: the
@@ -26,7 +31,7 @@ def report_straggler(ctx: PlanContext) -> bool:
 
     decision = straggler.decide_straggler(
         ctx.status.get("straggler"),
-        ctx.observed.drop_fractions,
+        fractions,
         threshold,
         policy.evict_after_seconds if policy else None,
         ctx.now,
@@ -61,6 +66,20 @@ def report_straggler(ctx: PlanContext) -> bool:
         )
         ctx.event(NORMAL, naming.REASON_STRAGGLER_CLEARED, message)
     return False
+
+
+def forget_resized_away(ctx: PlanContext) -> None:
+    """A straggler that a resize removed is no longer one (it would stay flagged: nobody
+    measures it again)."""
+    state = ctx.status.get("straggler")
+    if not state or not ctx.resized_away_key(str(state.get("replica", ""))):
+        return
+    ctx.status.pop("straggler", None)
+    message = f"{state['replica']} was removed by a resize"
+    ctx.condition(
+        naming.CONDITION_STRAGGLER_DETECTED, False, naming.REASON_STRAGGLER_CLEARED, message
+    )
+    ctx.event(NORMAL, naming.REASON_STRAGGLER_CLEARED, message)
 
 
 def evict_straggler(ctx: PlanContext, replica: str, policy: StragglerPolicy | None) -> None:
