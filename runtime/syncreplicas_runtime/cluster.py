@@ -26,6 +26,9 @@ ADDRESS_RE = re.compile(r"^[^\s:/]+:\d{1,5}$")
 # ("@/path") as many ms as that file says, re-read while training (a straggler that can be
 # turned on and off).
 STEP_DELAY_ENV = "SYNCREPLICAS_DEBUG_STEP_DELAY_MS"
+# A benchmark hook, not for production: PS 0 appends "global_step unix_time R" to this file
+# after every update (bench/elastic.py measures the gaps between updates with it).
+UPDATES_FILE_ENV = "SYNCREPLICAS_DEBUG_UPDATES_FILE"
 
 
 class ConfigError(ValueError):

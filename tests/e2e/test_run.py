@@ -73,11 +73,13 @@ def assert_no_process_left(workdir: Path) -> None:
     assert processes_of(workdir) == [], "replica processes outlived `syncreplicas run`"
 
 
-def run(args: list[str], workdir: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+def run(args: list[str], workdir: Path, timeout: float,
+        extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
             [*SYNCREPLICAS, "run", *args, "--workdir", str(workdir), "--plain"],
-            env=env(), capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False,
+            env={**env(), **(extra_env or {})}, capture_output=True, text=True,
+            timeout=timeout, cwd=ROOT, check=False,
         )
     finally:
         kill_leftovers(workdir)
@@ -122,7 +124,7 @@ def _crd_checker() -> Any:
 
 
 @pytest.mark.parametrize("example", ["linear.yaml", "digits.yaml", "digits-cnn.yaml",
-                                     "port/port.yaml"])
+                                     "elastic.yaml", "port/port.yaml"])
 def test_examples_are_valid_for_the_api_server_and_validate(example: str) -> None:
     path = ROOT / "examples" / example
     assert _crd_checker()(yaml.safe_load(path.read_text())) == []
@@ -398,6 +400,43 @@ def test_chaos_kills_the_chief_twice_and_the_run_still_finishes(tmp_path: Path) 
     assert_no_process_left(workdir)
 
 
+# --- resize ---------------------------------------------------------------------------------
+
+
+def test_resize_scales_the_workers_up_and_down_and_the_run_finishes(tmp_path: Path) -> None:
+    """examples/elastic.yaml (2 workers, elasticPolicy 1..4) scaled to 4, then to 1, with 20 ms
+    steps so that both resizes land while it trains."""
+    workdir, report = tmp_path / "work", tmp_path / "report"
+    body = yaml.safe_load((ROOT / "examples/elastic.yaml").read_text())
+    body["spec"]["training"].update(maxSteps=1500, evalEverySteps=500)
+    path = tmp_path / "elastic.yaml"
+    path.write_text(yaml.safe_dump(body))
+    result = run([str(path), "--resize", "50:4,700:1", "--report", str(report)], workdir,
+                 timeout=600, extra_env={"SYNCREPLICAS_DEBUG_STEP_DELAY_MS": "20"})
+    assert result.returncode == 0, details(result, workdir)
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["outcome"] == "succeeded" and summary["final_global_step"] >= 1500
+    resizes = summary["resizes"]
+    assert [(r["workers_from"], r["workers_to"]) for r in resizes] == [(2, 4), (4, 1)], resizes
+    assert resizes[0]["replicas"] == ["worker-2", "worker-3"], resizes
+    assert sorted(resizes[1]["replicas"]) == ["worker-1", "worker-2", "worker-3"], resizes
+    assert all(r["done_after_seconds"] is not None for r in resizes), resizes
+    assert resizes[1]["step_at_resize"] >= 700
+    # Nobody failed and nobody was restarted: the workers scaled away left with exit 0.
+    assert summary["restarts_total"] == 0
+    codes = summary["exit_codes"]
+    assert all(codes[f"worker-{i}"] == [0] for i in range(4)), codes
+    assert codes["chief-0"] == [0] and codes["ps-0"] == [0], codes
+    assert "resize: workers 2 -> 4 at step" in result.stdout
+    assert "every new worker training after" in result.stdout
+    assert "resize: workers 4 -> 1 at step" in result.stdout
+    for i in (1, 2, 3):
+        assert "left the job" in (workdir / "logs" / f"worker-{i}.log").read_text()
+    for name in PLOTS:
+        assert_png(report / name)
+    assert_no_process_left(workdir)
+
+
 # --- clear errors before anything starts ----------------------------------------------------
 
 
@@ -434,6 +473,15 @@ def test_errors_are_clear_and_nothing_starts(tmp_path: Path) -> None:
     result = run([str(ROOT / "examples/linear.yaml"), "--chaos", "boss:1"], tmp_path / "w4",
                  timeout=60)
     assert result.returncode == 2 and "--chaos: 'boss:1'" in result.stderr
+
+    result = run([str(ROOT / "examples/elastic.yaml"), "--resize", "100:9"], tmp_path / "w5",
+                 timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert ("--resize: '100:9': spec.workers must be within spec.elasticPolicy "
+            "[minWorkers 1, maxWorkers 4], got 9") in result.stderr
+    result = run([str(ROOT / "examples/linear.yaml"), "--resize", "100:3"], tmp_path / "w6",
+                 timeout=60)
+    assert result.returncode == 2 and "spec.elasticPolicy is not set" in result.stderr
 
     suspended = tmp_path / "suspended.yaml"
     body = yaml.safe_load((ROOT / "examples/linear.yaml").read_text())

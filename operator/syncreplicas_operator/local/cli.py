@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import socket
 import sys
@@ -23,6 +24,7 @@ from ..resources.manifestfile import InputError, parse_documents, read_documents
 from .chaos import ChaosKill, ChaosSpecError, parse_chaos, plan_chaos
 from .errors import RUN_BAD_INPUT, RUN_INTERRUPTED, RunError
 from .processes import LocalPlanError, LocalProcess, plan_local_processes, replica_of
+from .resize import Resize, ResizeSpecError, parse_resize
 
 # The third-party packages of the [local] extra that this process imports itself.
 EXTRA_MODULES: Final = ("rich", "matplotlib")
@@ -65,6 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "worker at seeded global steps); 'signal=TERM', 'window=0.1-0.8' also accepted",
     )
     parser.add_argument(
+        "--resize", metavar="SPEC",
+        help="change the number of workers while the job trains, e.g. '100:4,300:1' (4 "
+        "workers from global step 100, 1 from 300); needs spec.elasticPolicy",
+    )
+    parser.add_argument(
         "--dry-run", action="store_true",
         help="print the processes (argv and environment) that would start, as JSON, and exit",
     )
@@ -86,6 +93,7 @@ def main(args: argparse.Namespace) -> int:
             raise RunError(f"{job.name} is suspended (spec.runPolicy.suspend: true): "
                            "nothing to run until it is false")
         chaos = _chaos(args.chaos, job)
+        resizes = _resizes(args.resize, job)
         workdir = (args.workdir or Path(".syncreplicas") / job.name).resolve()
         processes = plan_processes(job, workdir / "checkpoints")
         if args.dry_run:
@@ -93,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
             sys.stdout.write("\n")
             return 0
         runner = LocalRunner(
-            job, processes, workdir=workdir, chaos=chaos, fresh=args.fresh,
+            job, processes, workdir=workdir, chaos=chaos, resizes=resizes, fresh=args.fresh,
             metrics_port=args.metrics_port, report_dir=args.report, plain=args.plain,
         )
         return runner.run()
@@ -134,14 +142,29 @@ def _chaos(text: str | None, job: Job) -> tuple[ChaosKill, ...]:
         raise RunError(str(err)) from err
 
 
+def _resizes(text: str | None, job: Job) -> tuple[Resize, ...]:
+    if not text:
+        return ()
+    try:
+        return parse_resize(text, job.spec)
+    except ResizeSpecError as err:
+        raise RunError(str(err)) from err
+
+
 def rendered_pods(job: Job) -> list[dict[str, Any]]:
     """The Pods ``syncreplicas render`` prints and the operator creates, PS first."""
     return [c for c in manifests.build_children(job) if c.get("kind") == "Pod"]
 
 
 def plan_processes(job: Job, checkpoint_dir: Path) -> tuple[LocalProcess, ...]:
-    """The rendered Pods as local processes, each with its own free ports."""
-    pods = rendered_pods(job)
+    """The rendered Pods as local processes, each with its own free ports.
+
+    An elastic job gets a process for each of its ``maxWorkers`` worker slots (the runner
+    starts the first ``workers``), rendered as the operator renders a worker it scales up
+    to; every one is told the job's ``workers`` at the start."""
+    slots = job.spec.worker_slots
+    full = dataclasses.replace(job, spec=dataclasses.replace(job.spec, workers=slots))
+    pods = rendered_pods(full)
     keys = [naming.replica_key(*replica_of(p)) for p in pods]
     ports = iter(free_ports(2 * len(keys)))
     tf_ports = {k: next(ports) for k in keys}
@@ -150,6 +173,7 @@ def plan_processes(job: Job, checkpoint_dir: Path) -> tuple[LocalProcess, ...]:
         return plan_local_processes(
             pods, tf_ports=tf_ports, metrics_ports=metrics_ports,
             checkpoint_dir=str(checkpoint_dir), python=sys.executable,
+            workers=job.spec.workers,
         )
     except LocalPlanError as err:
         raise RunError(str(err)) from err

@@ -89,7 +89,8 @@ def write_plots(directory: Path, summary: RunSummary, history: Sequence[Sample])
     rate = steps_per_second(progress_series(history))
     ax.plot([t for t, _ in rate], [v for _, v in rate], "-", label="global steps/s")
     _mark_faults(ax, summary)
-    faults = " (red: injected faults)" if summary.chaos else ""
+    faults = (" (red: injected faults)" if summary.chaos else "") + (
+        " (green: resizes)" if summary.resizes else "")
     _finish(ax, f"{title}: training speed{faults}", "seconds", "global steps/s")
     save(fig, "steps_per_second.png")
 
@@ -133,9 +134,15 @@ def write_plots(directory: Path, summary: RunSummary, history: Sequence[Sample])
 
 
 def _mark_faults(ax: Any, summary: RunSummary) -> None:
-    """A red dashed line at each injected fault (the x axis in seconds of the run)."""
+    """A red dashed line at each injected fault and a green dotted one, labelled, at each
+    resize (the x axis in seconds of the run)."""
     for kill in summary.chaos:
         ax.axvline(kill.fired_at, color="red", alpha=0.4, linestyle="--")
+    for resize in summary.resizes:
+        ax.axvline(resize.fired_at, color="green", alpha=0.6, linestyle=":")
+        ax.annotate(f"{resize.workers_from}\u2192{resize.workers_to} workers",
+                    (resize.fired_at, 1.0), xycoords=("data", "axes fraction"),
+                    fontsize="x-small", color="green", rotation=90, va="top", ha="right")
 
 
 def _finish(ax: Any, title: str, xlabel: str, ylabel: str) -> None:

@@ -6,7 +6,9 @@ differs on one machine, so a job runs the same locally and on a cluster:
 
 - service addresses in TF_CONFIG become ``127.0.0.1:<port>`` (one free port per replica);
 - every process gets its own metrics port (``SYNCREPLICAS_METRICS_PORT``);
-- ``training.checkpointDir`` in SYNCREPLICAS_JOB becomes a local directory (when set);
+- ``training.checkpointDir`` in SYNCREPLICAS_JOB becomes a local directory (when set), and
+  its ``workers`` the count the job starts with (an elastic job's Pods are rendered for
+  every worker slot);
 - the termination message is off (``SYNCREPLICAS_TERMINATION_LOG=""``): the replicas share
   the runner's environment and machine, and must not write a path a template or the
   caller's environment names, nor the runner's own ``/dev/termination-log`` in a pod;
@@ -85,10 +87,12 @@ def plan_local_processes(
     metrics_ports: Mapping[str, int],
     checkpoint_dir: str,
     python: str,
+    workers: int | None = None,
 ) -> tuple[LocalProcess, ...]:
     """One LocalProcess per Pod, in the Pods' order.
 
-    ``tf_ports`` and ``metrics_ports`` map ``naming.replica_key(type, index)`` to a port.
+    ``tf_ports`` and ``metrics_ports`` map ``naming.replica_key(type, index)`` to a port;
+    ``workers`` (when given) replaces SYNCREPLICAS_JOB's ``workers``.
     """
     processes = []
     for pod in pods:
@@ -105,7 +109,7 @@ def plan_local_processes(
                 f"{naming.ENV_JOB}"
             )
         env[naming.ENV_TF_CONFIG] = _local_tf_config(pod_name, env[naming.ENV_TF_CONFIG], tf_ports)
-        env[naming.ENV_JOB] = _local_job(pod_name, env[naming.ENV_JOB], checkpoint_dir)
+        env[naming.ENV_JOB] = _local_job(pod_name, env[naming.ENV_JOB], checkpoint_dir, workers)
         env[naming.ENV_METRICS_PORT] = str(metrics_ports[key])
         env[ENV_TERMINATION_LOG] = ""
         command = [_expand(str(c), env) for c in container.get("command") or ()]
@@ -212,11 +216,13 @@ def _local_tf_config(pod: str, text: str, tf_ports: Mapping[str, int]) -> str:
     return json.dumps({**tf_config, "cluster": local}, sort_keys=True)
 
 
-def _local_job(pod: str, text: str, checkpoint_dir: str) -> str:
+def _local_job(pod: str, text: str, checkpoint_dir: str, workers: int | None) -> str:
     try:
         job = json.loads(text)
     except ValueError:
         raise LocalPlanError(f"pod {pod}: {naming.ENV_JOB} is not JSON") from None
+    if workers is not None:
+        job = {**job, "workers": workers}
     training = job.get("training")
     if isinstance(training, dict) and training.get("checkpointDir"):
         job = {**job, "training": {**training, "checkpointDir": checkpoint_dir}}

@@ -2,8 +2,9 @@
 
 Every restart is decided by the operator's own rule (``core.policy.decide_replica_exit``).
 Each process runs in its own process group; Ctrl-C stops the chief first (so it writes a
-checkpoint), then workers, then parameter servers. ``--chaos`` faults are fired from here,
-at the global steps the schedule names.
+checkpoint), then workers, then parameter servers. ``--chaos`` faults and ``--resize``
+changes of an elastic job's workers are fired from here, at the global steps the
+schedules name.
 """
 
 from __future__ import annotations
@@ -38,8 +39,17 @@ from .metrics_server import (
 )
 from .plots import write_plots
 from .processes import LocalProcess
+from .resize import Resize
 from .scrape import MetricsScraper
-from .summary import ChaosRecord, PlannedKill, RunSummary, format_summary, summarize, write_summary
+from .summary import (
+    ChaosRecord,
+    PlannedKill,
+    ResizeRecord,
+    RunSummary,
+    format_summary,
+    summarize,
+    write_summary,
+)
 from .view import LiveView, ReplicaState
 from .workdir import Workdir, checkpoint_step, final_eval_from_log
 
@@ -133,6 +143,7 @@ class LocalRunner:
         *,
         workdir: Path,
         chaos: Sequence[ChaosKill] = (),
+        resizes: Sequence[Resize] = (),
         fresh: bool = False,
         metrics_port: int | None = None,
         report_dir: Path | None = None,
@@ -147,6 +158,10 @@ class LocalRunner:
         self._by_name = {r.name: r for r in self.replicas}
         self.chaos = list(chaos)
         self.chaos_log: list[ChaosRecord] = []
+        self.resizes = list(resizes)
+        self.resize_log: list[ResizeRecord] = []
+        # The workers the job has now: an elastic job's other slots wait (``standby``).
+        self.workers = job.spec.workers
         self.fresh = fresh
         self.metrics_port = metrics_port
         self.report_dir = report_dir
@@ -188,7 +203,10 @@ class LocalRunner:
             )
             self.view.start()
             for replica in self.replicas:  # PS first, as the operator creates them
-                self._spawn(replica)
+                if self._active(replica):
+                    self._spawn(replica)
+                else:
+                    replica.state = "standby"
             outcome = self._supervise()
         finally:
             self._stop_all()
@@ -310,6 +328,10 @@ class LocalRunner:
             for replica in replicas:
                 replica.reap()
 
+    def _active(self, replica: Replica) -> bool:
+        """A replica the job has now (not a worker slot beyond the current workers)."""
+        return replica.spec.replica_type != naming.WORKER or replica.spec.index < self.workers
+
     def _of_type(self, replica_type: str) -> list[Replica]:
         return [r for r in self.replicas if r.spec.replica_type == replica_type]
 
@@ -359,8 +381,9 @@ class LocalRunner:
             # end with an earlier incarnation's failure.
             lost = sum(1 for r in self.replicas if r.spec.replica_type != naming.PS
                        and r.state.startswith("failed") and r.restart_at is None)
-            left = spec.total_replicas - lost
-            if left < min(spec.replicas_to_aggregate, spec.total_replicas):
+            replicas_now = 1 + self.workers
+            left = replicas_now - lost
+            if left < min(spec.replicas_to_aggregate, replicas_now):
                 # On a cluster the job would report Stalled and wait for someone to act;
                 # here nobody else can bring a replica back, so waiting would hang forever.
                 return "failed", RUN_FAILED, (
@@ -368,9 +391,14 @@ class LocalRunner:
                     "each step needs are left (the rest exhausted their restarts): stalled"
                 )
             self._chaos_tick()
+            self._resize_tick()
             time.sleep(0.2)
 
     def _on_exit(self, replica: Replica, code: int) -> Outcome | None:
+        if not self._active(replica):  # scaled down: it was asked to leave
+            with self._lock:
+                replica.state = "left" if code == 0 else f"left ({describe_exit(code)})"
+            return None
         injected = replica.injected
         decision = decide_replica_exit(
             self.job.spec.run_policy, replica.spec.replica_type, code, self.job_restarts
@@ -416,8 +444,9 @@ class LocalRunner:
         restart_at = time.monotonic() + RESTART_DELAY_SECONDS
         with self._lock:
             for replica in self.replicas:
-                replica.state = "restarting (RestartJob)"
-                replica.restart_at = restart_at
+                if self._active(replica):
+                    replica.state = "restarting (RestartJob)"
+                    replica.restart_at = restart_at
 
     def _finish_after_chief(self) -> None:
         """The chief is done: PS and workers exit by themselves; stop what does not."""
@@ -475,6 +504,56 @@ class LocalRunner:
         ))
         self._note(f"chaos: SIG{kill.signal} {victim.name} at global step {int(step)}")
 
+    # -- resize ------------------------------------------------------------------------
+    def _resize_tick(self) -> None:
+        """Apply the next --resize once its step is reached, as the operator applies a
+        change of spec.workers: start the new slots' workers, or SIGTERM the highest ones
+        (they leave the job and exit 0). Records when the change took effect."""
+        self._resize_progress()
+        if self.resize_log and self.resize_log[-1].done_after_seconds is None:
+            return  # one change at a time: the next waits until this one took effect
+        step = self._global_step()
+        if not self.resizes or step is None or step < self.resizes[0].at_step:
+            return
+        if any(r.restart_at is not None for r in self.replicas):
+            return  # one change at a time: not into a restart
+        target = self.resizes[0].workers
+        slots = [r for r in self._of_type(naming.WORKER)
+                 if min(self.workers, target) <= r.spec.index < max(self.workers, target)]
+        if target > self.workers and any(r.running() for r in slots):
+            return  # a worker of a slot asked to leave before has not left yet
+        resize = self.resizes.pop(0)
+        before = self.workers
+        with self._lock:
+            self.workers = target
+        self.resize_log.append(ResizeRecord(
+            planned_step=resize.at_step, step_at_resize=step, workers_from=before,
+            workers_to=target, fired_at=round(time.monotonic() - self.started, 3),
+            replicas=[r.name for r in slots],
+        ))
+        self._note(f"resize: workers {before} -> {target} at global step {int(step)}")
+        if target > before:
+            for replica in slots:
+                self._spawn(replica)
+        else:
+            for replica in sorted(slots, key=lambda r: -r.spec.index):
+                self._signal(replica, signal.SIGTERM)
+
+    def _resize_progress(self) -> None:
+        """The last resize is done when its new workers made a step, or its leavers left."""
+        if not self.resize_log or self.resize_log[-1].done_after_seconds is not None:
+            return
+        last = self.resize_log[-1]
+        if last.workers_to > last.workers_from:
+            latest = self.scraper.latest()
+            done = all(name in latest and latest[name].at > last.fired_at
+                       and (latest[name].values.get(metricnames.LOCAL_STEP) or 0) >= 1
+                       for name in last.replicas)
+        else:
+            done = not any(self._by_name[name].running() for name in last.replicas)
+        if done:
+            last.done_after_seconds = round(time.monotonic() - self.started - last.fired_at, 3)
+
     # -- the end -----------------------------------------------------------------------
     def _summary(self, outcome: str, code: int, message: str) -> RunSummary:
         return summarize(
@@ -487,6 +566,8 @@ class LocalRunner:
             restarts={r.name: r.restarts for r in self.replicas},
             checkpoint_step=checkpoint_step(self.workdir.checkpoints),
             chaos=self.chaos_log,
+            resizes=self.resize_log,
+            resizes_planned_not_fired=[(r.at_step, r.workers) for r in self.resizes],
             message=message,
             final_eval=final_eval_from_log(self._by_name[naming.CHIEF_KEY].log_path),
             chaos_planned_not_fired=[

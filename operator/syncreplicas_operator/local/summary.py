@@ -48,6 +48,20 @@ class ChaosRecord:
     recovered_after_seconds: float | None = None
 
 
+@dataclass
+class ResizeRecord:
+    """One --resize the runner applied; ``done_after_seconds`` is filled in later: when
+    every new worker made its first step (scale-up), or every leaving one exited."""
+
+    planned_step: int
+    step_at_resize: float
+    workers_from: int
+    workers_to: int
+    fired_at: float  # seconds since the run started
+    replicas: list[str]  # the workers started or asked to leave
+    done_after_seconds: float | None = None
+
+
 @dataclass(frozen=True)
 class FiredKill:
     """A fault as summary.json reports it."""
@@ -105,6 +119,9 @@ class RunSummary:
     # were lost, and for how long R stayed below replicasToAggregate. None, 0: never.
     replicas_to_aggregate_lowest: int | None = None
     seconds_aggregating_fewer: float = 0.0
+    # --resize: the changes of workers applied, and (step, workers) of those not reached.
+    resizes: list[ResizeRecord] = field(default_factory=list)
+    resizes_planned_not_fired: list[tuple[int, int]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """summary.json's content."""
@@ -125,6 +142,8 @@ def summarize(
     message: str = "",
     final_eval: Mapping[str, float] | None = None,
     chaos_planned_not_fired: Sequence[PlannedKill] = (),
+    resizes: Sequence[ResizeRecord] = (),
+    resizes_planned_not_fired: Sequence[tuple[int, int]] = (),
     resumed_from_step: int | None = None,
     workdir: str = "",
     exit_codes: Mapping[str, Sequence[int]] | None = None,
@@ -201,6 +220,8 @@ def summarize(
         exit_codes={name: list(codes) for name, codes in (exit_codes or {}).items()},
         replicas_to_aggregate_lowest=lowest_r,
         seconds_aggregating_fewer=round(fewer_seconds, 3),
+        resizes=[dataclasses.replace(r, replicas=list(r.replicas)) for r in resizes],
+        resizes_planned_not_fired=list(resizes_planned_not_fired),
     )
 
 
@@ -234,6 +255,17 @@ def format_summary(summary: RunSummary, checkpoint_dir: Path, logs_dir: Path) ->
             f"  elastic R: updates aggregated as few as {summary.replicas_to_aggregate_lowest}"
             f" gradients while replicas were lost, for {summary.seconds_aggregating_fewer:.1f}s"
         )
+    for resize in summary.resizes:
+        done = resize.done_after_seconds
+        what = ("every new worker training" if resize.workers_to > resize.workers_from
+                else "every leaving worker gone")
+        lines.append(
+            f"  resize: workers {resize.workers_from} -> {resize.workers_to} at step "
+            f"{int(resize.step_at_resize)}: "
+            + (f"{what} after {done:.1f}s" if done is not None else f"not seen: {what}")
+        )
+    for at_step, workers in summary.resizes_planned_not_fired:
+        lines.append(f"  resize: workers -> {workers} at step {at_step}: not reached")
     for kill in summary.chaos:
         recovered = kill.recovered_after_seconds
         lines.append(

@@ -27,6 +27,7 @@ every other one is blocked.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import threading
 import time
@@ -37,6 +38,7 @@ from typing import Any
 import tensorflow as tf
 
 from .. import exitcodes
+from ..cluster import UPDATES_FILE_ENV
 from ..graph.seqlock import settle_seqlock
 from ..graph.training import TrainingGraph, build_epoch_graph, tokens_per_replica
 from ..phases import Phase
@@ -118,6 +120,11 @@ class Coordinator:
         """
         e = self.training.elastic
         wait = tf.compat.v1.RunOptions(timeout_in_ms=int(TICK_SECONDS * 1000))
+        path = os.environ.get(UPDATES_FILE_ENV)
+        with open(path, "a", buffering=1) if path else contextlib.nullcontext() as updates:
+            self._run(stop, e, wait, updates)
+
+    def _run(self, stop: threading.Event, e: Any, wait: Any, updates: Any) -> None:
         while not stop.is_set():
             try:
                 try:
@@ -131,6 +138,9 @@ class Coordinator:
                     _, at = self.sess.run([self.training.sync_op, e.updated_at])
                     self.intervals.append(max(0.0, float(at) - self.last_update_at))
                     self.last_update_at = float(at)
+                    if updates is not None:
+                        updates.write(f"{int(state['global_step']) + 1} {float(at):.6f} "
+                                      f"{self.r_eff}\n")
             except (tf.errors.OutOfRangeError, tf.errors.CancelledError):
                 return  # the epoch's queues were closed
             except tf.errors.OpError as err:

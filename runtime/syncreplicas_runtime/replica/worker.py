@@ -51,7 +51,7 @@ def run_worker(ctx: Context) -> int:
             thread.join(LEAVE_WAIT_SECONDS)
             if thread.is_alive():
                 leave(ctx, ctx.protocol, ctx.session, ctx.graph,
-                      f"its step did not end within {LEAVE_WAIT_SECONDS:.0f}s")
+                      f"without a step boundary within {LEAVE_WAIT_SECONDS:.0f}s")
                 return exitcodes.OK
     ok, value = outcome[0]
     if not ok:
