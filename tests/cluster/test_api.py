@@ -100,3 +100,26 @@ def test_the_api_server_judges_each_update_alike(
     finally:
         kube.kubectl("delete", "srj", manifest["metadata"]["name"], "-n", api_namespace,
                      "--ignore-not-found", check=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(("field", "value", "refused"), table.ELASTIC_TRANSITIONS)
+def test_the_api_server_judges_each_update_of_an_elastic_job_alike(
+    api_namespace: str, field: str, value: Any, refused: str | None
+) -> None:
+    manifest = table.elastic(minReplicasToAggregate=1)
+    suffix = f"-{value}" if isinstance(value, int) else ""  # spec.workers is there thrice
+    manifest["metadata"]["name"] = "elastic-" + field.rsplit(".", 1)[-1].lower()[:30] + suffix
+    manifest["spec"].setdefault("runPolicy", {})["suspend"] = True
+    code, output = kubectl_apply(api_namespace, manifest)
+    assert code == 0, output
+    try:
+        updated = table.with_value(lambda: json.loads(json.dumps(manifest)), field, value)
+        code, output = kubectl_apply(api_namespace, updated)
+        if refused is None:
+            assert code == 0, output
+        else:
+            assert code != 0, f"the update of {field} was allowed"
+            assert refused in output or refused.removeprefix("spec.") in output, output
+    finally:
+        kube.kubectl("delete", "srj", manifest["metadata"]["name"], "-n", api_namespace,
+                     "--ignore-not-found", check=False)  # fmt: skip
