@@ -254,6 +254,19 @@ def test_a_worker_removed_ends_its_recovery_and_its_straggler_flag() -> None:
     assert naming.REASON_REPLICA_RECOVERED not in [r for r, _ in events(plan)]
 
 
+def test_a_job_that_ends_while_resizing_is_no_longer_resizing() -> None:
+    world = running(2)
+    world.job = elastic_job(4)
+    world.plan()
+    assert (world.condition("Resizing") or ("",))[0] == "True"
+    world.pods["j-chief-0"] = replace(world.pods["j-chief-0"], phase="Succeeded", exit_code=0)
+    world.plan()
+    assert world.status["phase"] == naming.PHASE_SUCCEEDED
+    assert world.condition("Resizing") == (
+        "False", naming.REASON_SUCCEEDED, "the chief finished training",
+    )  # fmt: skip
+
+
 def test_creating_an_elastic_job_is_no_resize() -> None:
     world = World(elastic_job(3))
     plan = world.plan()

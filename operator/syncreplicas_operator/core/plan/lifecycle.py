@@ -105,6 +105,7 @@ def finish(ctx: PlanContext, succeeded: bool, reason: str, message: str) -> None
         naming.CONDITION_STALLED,
         naming.CONDITION_DEGRADED,
         naming.CONDITION_STRAGGLER_DETECTED,
+        naming.CONDITION_RESIZING,
     ):
         ctx.condition(other, False, reason, message)
     ctx.status["completionTime"] = ctx.timestamp
