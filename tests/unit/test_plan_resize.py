@@ -191,6 +191,40 @@ def test_scale_down_deletes_the_highest_workers_then_their_services() -> None:
     assert "lastRecovery" not in world.status
 
 
+def test_a_new_target_while_resizing_is_a_new_resize() -> None:
+    """4 -> 1, then 3 before the removed pods are gone: no pod is created over a
+    terminating one; then workers 1 and 2 come back as new pods (no Restarting)."""
+    world = running(4)
+    world.job = elastic_job(1)
+    world.plan()
+    world.job = elastic_job(3)
+    plan = world.plan()
+    assert children(plan) == []
+    assert events(plan) == [(naming.REASON_RESIZING, "workers 1 -> 3 (elasticPolicy 1..6)")]
+    assert world.condition("Resizing") == ("True", naming.REASON_SCALING_UP, "workers 1 -> 3")
+    world.gone()
+    plan = world.plan()
+    assert children(plan) == [
+        ("create Pod", "j-worker-1"), ("create Pod", "j-worker-2"),
+        ("DeleteService", "j-worker-3"),
+    ]  # fmt: skip
+    assert naming.REASON_RESIZING not in [r for r, _ in events(plan)]
+    world.plan()
+    assert world.condition("Resizing") == ("False", naming.REASON_RESIZED, "workers 3")
+    assert world.condition("Restarting") is None
+    # 3 -> 2, then back to 3 while worker-2 terminates: from the 2 there now.
+    world.job = elastic_job(2)
+    world.plan()
+    world.job = elastic_job(3)
+    plan = world.plan()
+    assert events(plan) == [(naming.REASON_RESIZING, "workers 2 -> 3 (elasticPolicy 1..6)")]
+    # Then to the count there now: nothing to do but say it is done.
+    world.job = elastic_job(2)
+    plan = world.plan()
+    assert events(plan) == []
+    assert world.condition("Resizing") == ("False", naming.REASON_RESIZED, "workers 2")
+
+
 @pytest.mark.parametrize(
     ("phase", "code"),
     [("Succeeded", 0), ("Failed", 143), ("Failed", 1), ("Failed", 64)],

@@ -5,15 +5,23 @@ match. ``children.py`` creates and deletes the pods and Services themselves.
 A resize is told apart from a failure by the worker slots in use: the Services of workers
 (created with the pod, deleted only when a resize removes the worker) and the live worker
 pods. A scale up needs slots nobody holds; a scale down leaves live pods beyond
-spec.workers. A worker pod lost and replaced changes neither.
+spec.workers. A worker pod lost and replaced changes neither. While a resize is under way
+its target is the one its condition names: spec.workers changed again is a new resize.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
 from .. import naming
 from ..actions import NORMAL
-from ..status import condition_is_true, observed_workers
+from ..status import condition_is_true, find_condition, observed_workers
 from .context import PlanContext
+
+# resize_message's words, read back from the Resizing condition: the target under way.
+RESIZE_MESSAGE: Final = re.compile(r"workers (\d+) -> (\d+)")
 
 
 def plan_resize(ctx: PlanContext) -> bool:
@@ -22,24 +30,37 @@ def plan_resize(ctx: PlanContext) -> bool:
     if policy is None or ctx.finished():
         return False
     want = ctx.spec.workers
-    created = condition_is_true(ctx.inputs.status.get("conditions") or [], naming.CONDITION_CREATED)
-    slots = worker_slots_in_use(ctx)
-    leaving = any(
-        p.replica_type == naming.WORKER and p.index >= want for p in ctx.live_pods()
-    )
+    target = target_under_way(find_condition(ctx.conditions, naming.CONDITION_RESIZING))
+    have = observed_workers(ctx.pods.values())
+    if target is not None:
+        # spec.workers changed again: a new resize, from the worker pods there now.
+        before = have if want not in (target, have) else None
+    else:
+        slots = worker_slots_in_use(ctx)
+        leaving = any(
+            p.replica_type == naming.WORKER and p.index >= want for p in ctx.live_pods()
+        )
+        before = slots if slots != want and (want > slots or leaving) else None
     # Before the job's replicas were all created, or while a resumed job comes back, the
     # pods being made are the job's, not a resize's.
-    if created and not ctx.resumed and slots != want and (want > slots or leaving):
-        reason = naming.REASON_SCALING_UP if want > slots else naming.REASON_SCALING_DOWN
-        ctx.condition(naming.CONDITION_RESIZING, True, reason, resize_message(slots, want))
+    created = condition_is_true(ctx.inputs.status.get("conditions") or [], naming.CONDITION_CREATED)
+    started = created and not ctx.resumed
+    if started and before is not None:
+        reason = naming.REASON_SCALING_UP if want > before else naming.REASON_SCALING_DOWN
+        ctx.condition(naming.CONDITION_RESIZING, True, reason, resize_message(before, want))
         bounds = f"elasticPolicy {policy.min_workers}..{policy.max_workers}"
-        ctx.event(NORMAL, naming.REASON_RESIZING, f"{resize_message(slots, want)} ({bounds})")
-    elif (
-        condition_is_true(ctx.conditions, naming.CONDITION_RESIZING)
-        and observed_workers(ctx.pods.values()) == want
-    ):
+        ctx.event(NORMAL, naming.REASON_RESIZING, f"{resize_message(before, want)} ({bounds})")
+    elif target is not None and have == want:
         ctx.condition(naming.CONDITION_RESIZING, False, naming.REASON_RESIZED, f"workers {want}")
     return False
+
+
+def target_under_way(condition: Mapping[str, Any] | None) -> int | None:
+    """The workers a resize under way (its Resizing condition True) is going to."""
+    if condition is None or condition.get("status") != "True":
+        return None
+    found = RESIZE_MESSAGE.fullmatch(str(condition.get("message", "")))
+    return int(found.group(2)) if found else None
 
 
 def worker_slots_in_use(ctx: PlanContext) -> int:
