@@ -426,9 +426,9 @@ class ClusterShape(ApiModel):
             "spec.workers must be within spec.elasticPolicy's minWorkers..maxWorkers",
             _workers_within_policy,
             field_path=".workers",
-            message_expression="'spec.workers must be in [%d, %d] (spec.elasticPolicy), got "
-            "%d'.format([self.elasticPolicy.minWorkers, self.elasticPolicy.maxWorkers, "
-            "self.workers])",
+            message_expression="'spec.workers must be in [%d, %d] (spec.elasticPolicy."
+            "minWorkers..maxWorkers), got %d'.format([self.elasticPolicy.minWorkers, "
+            "self.elasticPolicy.maxWorkers, self.workers])",
         ),
         Rule(
             "!has(self.elasticPolicy) || (has(self.minReplicasToAggregate) ? "
