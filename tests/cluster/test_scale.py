@@ -12,6 +12,7 @@ field.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -74,9 +75,10 @@ def test_kubectl_scale_up_and_down_while_training(namespace: str) -> None:
                         240)
         assert status(namespace).get("workers") == 2, status(namespace)
         # The scale subresource an HPA reads: replicas and the workers' selector.
-        scale_obj = kube.kubectl_json(
+        scale_obj = json.loads(kube.kubectl(
             "get", "--raw",
-            f"/apis/syncreplicas.io/v1alpha1/namespaces/{namespace}/syncreplicasjobs/{JOB}/scale")
+            f"/apis/syncreplicas.io/v1alpha1/namespaces/{namespace}/syncreplicasjobs/{JOB}/scale"
+        ).stdout)
         assert scale_obj["spec"]["replicas"] == 2, scale_obj
         assert scale_obj["status"]["replicas"] == 2, scale_obj
         selector = scale_obj["status"]["selector"]
