@@ -83,6 +83,7 @@ bench: venv tools
 	$(PY) bench/recovery.py
 	$(PY) bench/operator.py
 	$(PY) bench/input.py
+	$(PY) bench/elastic.py
 	$(MAKE) --no-print-directory cluster
 	$(PY) bench/cluster.py
 

@@ -121,6 +121,21 @@ def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in objects if o.get("kind") == kind]
 
 
+AGGREGATE_LABELS = tuple(f"rbac.authorization.k8s.io/aggregate-to-{role}"
+                         for role in ("admin", "edit", "view"))
+
+
+def is_user_role(obj: dict[str, Any]) -> bool:
+    """One of the ClusterRoles aggregated into Kubernetes' admin, edit and view roles."""
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return obj.get("kind") == "ClusterRole" and any(k in labels for k in AGGREGATE_LABELS)
+
+
+def operator_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Everything but the users' aggregated roles."""
+    return [o for o in objects if not is_user_role(o)]
+
+
 def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     found = by_kind(objects, kind)
     assert len(found) == 1, f"expected one {kind}, got {[o['metadata']['name'] for o in found]}"

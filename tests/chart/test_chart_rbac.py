@@ -19,7 +19,7 @@ import aiohttp
 import kmock
 import pytest
 import pytest_asyncio
-from chartlib import REPO, by_kind, one, render
+from chartlib import REPO, by_kind, one, operator_objects, render
 from syncreplicas_operator.core import naming
 
 from tests.support.tfcluster import metric_value
@@ -74,7 +74,7 @@ def used_permissions(cluster: Cluster) -> set[Permission]:
 
 
 def granted_permissions(sets: list[str]) -> set[Permission]:
-    objects = render(sets=sets)
+    objects = operator_objects(render(sets=sets))
     role = (by_kind(objects, "ClusterRole") + by_kind(objects, "Role"))[0]
     return {
         (group, resource, verb)

@@ -26,8 +26,10 @@ from chartlib import (
     alert_names,
     by_kind,
     helm_args,
+    is_user_role,
     load_alert_groups,
     one,
+    operator_objects,
     render,
     run,
     tool,
@@ -133,7 +135,7 @@ def test_monitoring_objects_only_when_enabled_and_api_present(values: Path | Non
 
 
 def test_default_install_is_cluster_wide() -> None:
-    objects = render()
+    objects = operator_objects(render())
     role, binding = one(objects, "ClusterRole"), one(objects, "ClusterRoleBinding")
     assert not by_kind(objects, "Role") and not by_kind(objects, "RoleBinding")
     assert binding["roleRef"] == {
@@ -150,7 +152,8 @@ def test_default_install_is_cluster_wide() -> None:
 
 
 def test_watch_namespace_gives_a_role_in_that_namespace() -> None:
-    objects = render(sets=["watchNamespace=team-a"], api_versions=[MONITORING_API])
+    objects = operator_objects(render(sets=["watchNamespace=team-a"],
+                                      api_versions=[MONITORING_API]))
     assert not by_kind(objects, "ClusterRole") and not by_kind(objects, "ClusterRoleBinding")
     role, binding = one(objects, "Role"), one(objects, "RoleBinding")
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "team-a"
@@ -181,6 +184,7 @@ EXPECTED_RULES = {
 @pytest.mark.parametrize("sets", [[], ["watchNamespace=team-a"]], ids=["cluster", "namespaced"])
 def test_rbac_grants_only_what_the_operator_uses(sets: list[str]) -> None:
     objects = render(sets=sets)
+    objects = operator_objects(objects)
     role = (by_kind(objects, "ClusterRole") + by_kind(objects, "Role"))[0]
     granted: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
@@ -190,6 +194,30 @@ def test_rbac_grants_only_what_the_operator_uses(sets: list[str]) -> None:
             for resource in rule["resources"]:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
     assert granted == EXPECTED_RULES
+
+
+@pytest.mark.parametrize("sets", [[], ["watchNamespace=team-a"]], ids=["cluster", "namespaced"])
+def test_users_may_edit_scale_and_view_jobs_through_the_default_roles(sets: list[str]) -> None:
+    """Namespace users with Kubernetes' admin or edit role may create and `kubectl scale`
+    SyncReplicasJobs; view may read them (aggregated ClusterRoles)."""
+    roles = {tuple(sorted(k.rsplit("-", 1)[-1] for k in r["metadata"]["labels"]
+                          if k.startswith("rbac.authorization.k8s.io/aggregate-to-"))): r
+             for r in render(sets=sets) if is_user_role(r)}
+    assert set(roles) == {("admin", "edit"), ("view",)}
+
+    def grants(role: dict[str, Any]) -> set[tuple[str, str]]:
+        return {(resource, verb) for rule in role["rules"] for resource in rule["resources"]
+                for verb in rule["verbs"]}
+
+    edit = grants(roles[("admin", "edit")])
+    assert {("syncreplicasjobs", "create"), ("syncreplicasjobs/scale", "update"),
+            ("syncreplicasjobs/scale", "patch"), ("syncreplicasjobs", "delete")} <= edit
+    assert ("syncreplicasjobs/status", "patch") not in edit  # the operator's alone
+    view = grants(roles[("view",)])
+    assert {verb for _, verb in view} == {"get", "list", "watch"}
+    assert ("syncreplicasjobs/scale", "get") in view
+    assert not [o for o in render(sets=[*sets, "rbac.aggregateToDefaultRoles=false"])
+                if is_user_role(o)]
 
 
 def test_rbac_can_be_left_to_the_user() -> None:

@@ -7,7 +7,9 @@ train; the PS and the chief are untouched), then to 1 (the operator deletes work
 SIGTERM, they leave the job and exit 0, and are not replaced). The global step moves all
 along, no pod restarts, the `Resizing` condition and Events tell each change, and the job
 finishes Succeeded. A scale beyond maxWorkers is refused by the API server, naming the
-field.
+field. The scale-up is made by a namespace user who holds only Kubernetes' `edit` role (the
+chart aggregates the scale subresource into it); a `view` user may read the scale, not
+change it.
 """
 
 from __future__ import annotations
@@ -61,9 +63,17 @@ def resizing(namespace: str) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
-def scale(namespace: str, replicas: int, check: bool = True) -> Any:
+def scale(namespace: str, replicas: int, check: bool = True, user: str | None = None) -> Any:
+    who = [f"--as=system:serviceaccount:{namespace}:{user}"] if user else []
     return kube.kubectl("scale", f"srj/{JOB}", f"--replicas={replicas}", "-n", namespace,
-                        check=check)
+                        *who, check=check)
+
+
+def namespace_user(namespace: str, name: str, role: str) -> None:
+    """A ServiceAccount bound to one of Kubernetes' default roles in ``namespace``."""
+    kube.kubectl("create", "serviceaccount", name, "-n", namespace)
+    kube.kubectl("create", "rolebinding", name, f"--clusterrole={role}",
+                 f"--serviceaccount={namespace}:{name}", "-n", namespace)
 
 
 @pytest.mark.timeout(1200)
@@ -91,10 +101,16 @@ def test_kubectl_scale_up_and_down_while_training(namespace: str) -> None:
         assert refused.returncode != 0
         assert "workers" in refused.stderr and "maxWorkers" in refused.stderr, refused.stderr
 
+        # A viewer may not scale; an editor may (the chart's aggregated roles).
+        namespace_user(namespace, "viewer", "view")
+        namespace_user(namespace, "editor", "edit")
+        denied = scale(namespace, 3, check=False, user="viewer")
+        assert denied.returncode != 0 and "forbidden" in denied.stderr.lower(), denied.stderr
+
         # Scale up to 4: two new workers join the running job.
         before_up = step_of(namespace, chief)
         up_at = time.monotonic()
-        scale(namespace, 4)
+        scale(namespace, 4, user="editor")
         kube.eventually("worker-2 and worker-3 training", lambda: all(
             local_step(namespace, f"{JOB}-worker-{i}") >= 5 for i in (2, 3)), 300)
         joined_after = time.monotonic() - up_at
