@@ -43,6 +43,15 @@ CASES = {
                      "TF_CONFIG.task.type: unknown role 'evaluator'"),
     "r_below_one": ({"TF_CONFIG": tf_config(), "SYNCREPLICAS_JOB": job(replicasToAggregate=0)},
                     64, "replicasToAggregate: must be >= 1, got 0"),
+    "workers_beyond_max": ({"TF_CONFIG": tf_config(), "SYNCREPLICAS_JOB": job(
+        workers=5, elasticPolicy={"minWorkers": 0, "maxWorkers": 4})},
+        64, "workers: must be <= elasticPolicy.maxWorkers (4), got 5"),
+    # An elastic job's PS is told every worker slot (it calls a worker for its gradients).
+    "ps_without_worker_slots": ({"TF_CONFIG": json.dumps({"cluster": {
+        "ps": [f"127.0.0.1:{free_port()}"], "chief": [f"127.0.0.1:{free_port()}"],
+        "worker": [f"127.0.0.1:{free_port()}"] * 2}, "task": {"type": "ps", "index": 0}}),
+        "SYNCREPLICAS_JOB": job(workers=2, elasticPolicy={"minWorkers": 0, "maxWorkers": 4})},
+        64, "elasticPolicy.maxWorkers: is 4 but TF_CONFIG.cluster.worker lists 2"),
     "unknown_model": ({"TF_CONFIG": tf_config(),
                        "SYNCREPLICAS_JOB": job(model={"entrypoint": "nowhere.models:build"})},
                       65, "cannot import 'nowhere.models'"),

@@ -29,9 +29,12 @@ LEAVE_WAIT_SECONDS = 5.0
 
 
 def run_worker(ctx: Context) -> int:
-    """Train until the end of the job; a worker of an elastic job also leaves at SIGTERM."""
-    if not ctx.cfg.elastic:
-        return train_worker(ctx)
+    """Train until the end of the job; a worker of an elastic job leaves it at SIGTERM.
+
+    The steps run in a thread: a main thread blocked in a session run (waiting for its
+    token) would run no signal handler until the run returned, and a pod deleted then would
+    wait out its whole grace period. So SIGTERM is seen at once: a worker of an elastic job
+    leaves, any other exits 143 at once (``__main__``'s handler)."""
     outcome: list[tuple[bool, Any]] = []
 
     def body() -> None:
@@ -40,9 +43,8 @@ def run_worker(ctx: Context) -> int:
         except BaseException as err:  # raised again in the main thread
             outcome.append((False, err))
 
-    # The steps run in a thread: a main thread blocked in a session run (waiting for its
-    # token) would run no signal handler until the run returned.
-    signal.signal(signal.SIGTERM, lambda *_: ctx.leaving.set())
+    if ctx.cfg.elastic:
+        signal.signal(signal.SIGTERM, lambda *_: ctx.leaving.set())
     thread = threading.Thread(target=body, name="training", daemon=True)
     thread.start()
     while thread.is_alive():
