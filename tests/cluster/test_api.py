@@ -79,27 +79,33 @@ def test_the_api_server_accepts_each_good_manifest(
     kube.kubectl("delete", "srj", "--all", "-n", api_namespace, check=False)
 
 
-@pytest.mark.parametrize(("field", "value", "refused"), table.TRANSITIONS)
-def test_the_api_server_judges_each_update_alike(
-    api_namespace: str, field: str, value: Any, refused: str | None
-) -> None:
-    manifest = table.full()
-    manifest["metadata"]["name"] = "update-" + field.rsplit(".", 1)[-1].lower()[:30]
-    # The job never starts: only its updates are under test.
+def judge_update(namespace: str, manifest: dict[str, Any], field: str, value: Any,
+                 refused: str | None) -> None:
+    """Create ``manifest`` (suspended: only its updates are under test), set ``field`` to
+    ``value``: allowed, or refused with ``refused`` in the API server's answer."""
     manifest["spec"].setdefault("runPolicy", {})["suspend"] = True
-    code, output = kubectl_apply(api_namespace, manifest)
+    code, output = kubectl_apply(namespace, manifest)
     assert code == 0, output
     try:
         updated = table.with_value(lambda: json.loads(json.dumps(manifest)), field, value)
-        code, output = kubectl_apply(api_namespace, updated)
+        code, output = kubectl_apply(namespace, updated)
         if refused is None:
             assert code == 0, output
         else:
             assert code != 0, f"the update of {field} was allowed"
             assert refused in output or refused.removeprefix("spec.") in output, output
     finally:
-        kube.kubectl("delete", "srj", manifest["metadata"]["name"], "-n", api_namespace,
+        kube.kubectl("delete", "srj", manifest["metadata"]["name"], "-n", namespace,
                      "--ignore-not-found", check=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(("field", "value", "refused"), table.TRANSITIONS)
+def test_the_api_server_judges_each_update_alike(
+    api_namespace: str, field: str, value: Any, refused: str | None
+) -> None:
+    manifest = table.full()
+    manifest["metadata"]["name"] = "update-" + field.rsplit(".", 1)[-1].lower()[:30]
+    judge_update(api_namespace, manifest, field, value, refused)
 
 
 @pytest.mark.parametrize(("field", "value", "refused"), table.ELASTIC_TRANSITIONS)
@@ -109,17 +115,4 @@ def test_the_api_server_judges_each_update_of_an_elastic_job_alike(
     manifest = table.elastic(minReplicasToAggregate=1)
     suffix = f"-{value}" if isinstance(value, int) else ""  # spec.workers is there thrice
     manifest["metadata"]["name"] = "elastic-" + field.rsplit(".", 1)[-1].lower()[:30] + suffix
-    manifest["spec"].setdefault("runPolicy", {})["suspend"] = True
-    code, output = kubectl_apply(api_namespace, manifest)
-    assert code == 0, output
-    try:
-        updated = table.with_value(lambda: json.loads(json.dumps(manifest)), field, value)
-        code, output = kubectl_apply(api_namespace, updated)
-        if refused is None:
-            assert code == 0, output
-        else:
-            assert code != 0, f"the update of {field} was allowed"
-            assert refused in output or refused.removeprefix("spec.") in output, output
-    finally:
-        kube.kubectl("delete", "srj", manifest["metadata"]["name"], "-n", api_namespace,
-                     "--ignore-not-found", check=False)  # fmt: skip
+    judge_update(api_namespace, manifest, field, value, refused)
