@@ -116,6 +116,8 @@ def test_kubectl_scale_up_and_down_while_training(namespace: str) -> None:
         joined_after = time.monotonic() - up_at
         assert step_of(namespace, chief) > before_up
         kube.eventually("status.workers 4", lambda: status(namespace).get("workers") == 4, 60)
+        kube.eventually("Resized (the new workers train)", lambda: (
+            resizing(namespace) or {}).get("reason") == "Resized", 60)
         events = kube.kubectl("get", "events", "-n", namespace, "--field-selector",
                               "reason=Resizing", "-o", "jsonpath={.items[*].message}").stdout
         assert "workers 2 -> 4" in events, events
@@ -134,8 +136,8 @@ def test_kubectl_scale_up_and_down_while_training(namespace: str) -> None:
         events = kube.kubectl("get", "events", "-n", namespace, "--field-selector",
                               "reason=Resizing", "-o", "jsonpath={.items[*].message}").stdout
         assert "workers 4 -> 1" in events, events
-        condition = resizing(namespace)
-        assert condition is not None and condition["status"] == "False", status(namespace)
+        kube.eventually("Resized (the removed pods gone)", lambda: (
+            resizing(namespace) or {}).get("status") == "False", 60)
 
         # The job finishes; nobody restarted, nothing failed.
         kube.eventually("Succeeded", lambda: status(namespace).get("phase") == "Succeeded", 600)

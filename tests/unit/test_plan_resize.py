@@ -140,13 +140,15 @@ def test_scale_up_creates_the_new_workers_services_then_pods() -> None:
     assert json.loads(env[naming.ENV_TF_CONFIG])["cluster"]["worker"] == {
         "3": "j-worker-3.ns.svc:2222"
     }
-    # The next pass sees them: resized, and no second Event.
+    # The next pass sees them, not yet training: still resizing, and no second Event.
     plan = world.plan()
     assert children(plan) == []
     assert naming.REASON_RESIZING not in [r for r, _ in events(plan)]
-    assert world.condition("Resizing") == ("False", naming.REASON_RESIZED, "workers 4")
+    assert world.condition("Resizing") == ("True", naming.REASON_SCALING_UP, "workers 2 -> 4")
+    # Once they are ready (the runtime's /readyz: training), the resize is done.
     world.run_all()
     world.plan()
+    assert world.condition("Resizing") == ("False", naming.REASON_RESIZED, "workers 4")
     assert world.status["ready"] == "6/6"
     assert world.condition("Restarting") is None
 
@@ -171,10 +173,12 @@ def test_scale_down_deletes_the_highest_workers_then_their_services() -> None:
         )
     plan = world.plan()
     assert children(plan) == []  # the Services wait for their pods to be gone
-    assert world.condition("Resizing") == ("False", naming.REASON_RESIZED, "workers 1")
+    # Done only once the removed pods are gone.
+    assert world.condition("Resizing") == ("True", naming.REASON_SCALING_DOWN, "workers 4 -> 1")
     assert naming.REASON_RESIZING not in [r for r, _ in events(plan)]
     world.gone()
     plan = world.plan()
+    assert world.condition("Resizing") == ("False", naming.REASON_RESIZED, "workers 1")
     assert children(plan) == [
         ("DeleteService", "j-worker-1"), ("DeleteService", "j-worker-2"),
         ("DeleteService", "j-worker-3"),
@@ -209,6 +213,7 @@ def test_a_new_target_while_resizing_is_a_new_resize() -> None:
         ("DeleteService", "j-worker-3"),
     ]  # fmt: skip
     assert naming.REASON_RESIZING not in [r for r, _ in events(plan)]
+    world.run_all()
     world.plan()
     assert world.condition("Resizing") == ("False", naming.REASON_RESIZED, "workers 3")
     assert world.condition("Restarting") is None
@@ -218,10 +223,12 @@ def test_a_new_target_while_resizing_is_a_new_resize() -> None:
     world.job = elastic_job(3)
     plan = world.plan()
     assert events(plan) == [(naming.REASON_RESIZING, "workers 2 -> 3 (elasticPolicy 1..6)")]
-    # Then to the count there now: nothing to do but say it is done.
+    # Then to the count there now: nothing to do but say it is done once worker-2 is gone.
     world.job = elastic_job(2)
     plan = world.plan()
     assert events(plan) == []
+    world.gone()
+    world.plan()
     assert world.condition("Resizing") == ("False", naming.REASON_RESIZED, "workers 2")
 
 

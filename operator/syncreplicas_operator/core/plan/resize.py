@@ -1,6 +1,7 @@
 """Elastic workers: notice a resize (spec.workers changed under ``elasticPolicy``), say so
 once (an Event and the Resizing condition), and clear the condition once the worker pods
-match. ``children.py`` creates and deletes the pods and Services themselves.
+match, the new ones are ready (training) and the removed ones are gone. ``children.py``
+creates and deletes the pods and Services themselves.
 
 A resize is told apart from a failure by the worker slots in use: the Services of workers
 (created with the pod, deleted only when a resize removes the worker) and the live worker
@@ -50,9 +51,16 @@ def plan_resize(ctx: PlanContext) -> bool:
         ctx.condition(naming.CONDITION_RESIZING, True, reason, resize_message(before, want))
         bounds = f"elasticPolicy {policy.min_workers}..{policy.max_workers}"
         ctx.event(NORMAL, naming.REASON_RESIZING, f"{resize_message(before, want)} ({bounds})")
-    elif target is not None and have == want:
+    elif target is not None and have == want and resized(ctx, want):
         ctx.condition(naming.CONDITION_RESIZING, False, naming.REASON_RESIZED, f"workers {want}")
     return False
+
+
+def resized(ctx: PlanContext, want: int) -> bool:
+    """The resize took effect: every worker below ``want`` is ready (its runtime is
+    training: /readyz) and no pod of a removed worker is left, not even terminating."""
+    workers = [p for p in ctx.pods.values() if p.replica_type == naming.WORKER]
+    return all(p.index < want and p.ready for p in workers)
 
 
 def target_under_way(condition: Mapping[str, Any] | None) -> int | None:
