@@ -30,8 +30,18 @@ Every PS 0 appends one line per update (global step, its unix time, R) to a file
 
 Medians of ``--repeats`` (3). Not a test.
 
-    .venv/bin/python bench/elastic.py              # 3 repeats, about 15 minutes
+With ``--cluster`` the same two systems also run on the real single-node cluster of
+`make cluster`, each right after its local twin: **elastic** is `kubectl scale srj/...
+--replicas=4` then `=1` (the operator creates the new worker pods and Services, or deletes
+the pods: SIGTERM); **restart** is `kubectl delete srj` (the chief's SIGTERM checkpoint),
+then `kubectl apply` of the job with the new worker count, which restores the checkpoint.
+Every pod mounts one hostPath directory of this node for the per-update log and the
+checkpoints, so both are read here, after the pods are gone too. The first counted
+gradient of a scale-up is timed from `kubectl scale` (pod creation, TensorFlow's import).
+
+    .venv/bin/python bench/elastic.py              # 3 repeats, about 6-10 minutes
     .venv/bin/python bench/elastic.py --repeats 1  # one of each
+    make cluster && .venv/bin/python bench/elastic.py --cluster   # local and cluster
 """
 
 from __future__ import annotations
@@ -135,7 +145,7 @@ class Cell:
     first_counted: float | None  # scale-up: request -> the first new gradient counted
 
 
-def trained_for(updates: Path, seconds: float, cluster: LocalCluster) -> None:
+def trained_for(updates: Path, seconds: float, cluster: LocalCluster | None) -> None:
     wait_for("training", lambda: len(updates_of(updates)) > 5, cluster)
     time.sleep(seconds)
 
@@ -243,7 +253,7 @@ def table(cells: list[Cell]) -> str:
     rows = ["| system | workers | steps/s before | steps/s after | after/before | "
             "steady longest gap s | pause s | steps lost | first counted gradient s | runs |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for system in ("elastic", "restart"):
+    for system in ("elastic", "kube elastic", "restart", "kube restart"):
         for change in ("2 -> 4", "4 -> 1"):
             mine = [c for c in cells if c.system == system and c.change == change]
             if not mine:
@@ -263,17 +273,150 @@ def table(cells: list[Cell]) -> str:
     return "\n".join(rows)
 
 
+# -- the same on the cluster of `make cluster` -----------------------------------------------
+KUBE_NAMESPACE = "bench-elastic"
+KUBE_DIR = "/bench"  # where every pod mounts the run's hostPath directory
+
+
+def kube_job(name: str, elastic: bool, workers: int, host_dir: Path, log: str) -> dict[str, Any]:
+    """``job`` as a SyncReplicasJob: the 30 ms step and PS 0's per-update log in every pod's
+    environment, the log and the checkpoints on the node's ``host_dir``."""
+    spec = job(elastic, Path(KUBE_DIR) / "ckpt")
+    spec["workers"] = workers
+    spec["template"] = {"spec": {
+        "containers": [{"name": "syncreplicas", "env": [
+            {"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": str(STEP_MS)},
+            {"name": "SYNCREPLICAS_DEBUG_UPDATES_FILE", "value": f"{KUBE_DIR}/{log}"}],
+            "volumeMounts": [{"name": "bench", "mountPath": KUBE_DIR}]}],
+        "volumes": [{"name": "bench", "hostPath": {"path": str(host_dir),
+                                                   "type": "Directory"}}]}}  # fmt: skip
+    spec["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 100}
+    return {"apiVersion": "syncreplicas.io/v1alpha1", "kind": "SyncReplicasJob",
+            "metadata": {"name": name}, "spec": spec}
+
+
+class Kube:
+    """One run's namespace and hostPath directory on the cluster."""
+
+    def __init__(self, root: Path) -> None:
+        from tests.cluster import kube
+
+        self.kube = kube
+        self.dir = root / "kube"
+        self.dir.mkdir(parents=True)
+        root.chmod(0o755)  # mkdtemp's 0700 would keep the pods' user out
+        os.chown(self.dir, 10001, 10001)  # the runtime image's user
+        kube.kubectl("delete", "namespace", KUBE_NAMESPACE, "--ignore-not-found",
+                     "--timeout=180s", timeout=200)  # fmt: skip
+        kube.kubectl("create", "namespace", KUBE_NAMESPACE)
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        import yaml
+
+        self.kube.kubectl("apply", "-n", KUBE_NAMESPACE, "-f", "-",
+                          input=yaml.safe_dump(manifest))
+
+    def logs(self, pod: str) -> str:
+        return str(self.kube.kubectl("logs", "-n", KUBE_NAMESPACE, pod, check=False).stdout)
+
+    def pods(self, name: str) -> set[str]:
+        found = self.kube.kubectl("get", "pods", "-n", KUBE_NAMESPACE, "-l",
+                                  f"syncreplicas.io/job-name={name}", "-o", "name").stdout
+        return {p.removeprefix("pod/") for p in found.split()}
+
+    def stop(self) -> None:
+        self.kube.kubectl("delete", "namespace", KUBE_NAMESPACE, "--timeout=180s",
+                          check=False, timeout=200)  # fmt: skip
+
+
+def kube_elastic_run(root: Path) -> list[Cell]:
+    k = Kube(root)
+    name, updates = "elastic", k.dir / "updates"
+    cells = []
+    try:
+        k.apply(kube_job(name, True, 2, k.dir, "updates"))
+        trained_for(updates, WINDOW + 2, None)
+        t0 = time.time()
+        k.kube.kubectl("scale", f"srj/{name}", "--replicas=4", "-n", KUBE_NAMESPACE)
+
+        def first_step(index: int) -> float | None:
+            found = FIRST_STEP_RE.search(k.logs(f"{name}-worker-{index}"))
+            return float(found[1]) if found else None
+
+        wait_for("the new workers' first steps",
+                 lambda: first_step(2) is not None and first_step(3) is not None)
+        joined = max(first_step(2) or 0.0, first_step(3) or 0.0)
+        time.sleep(WINDOW + 1)
+        ups = updates_of(updates)
+        cells.append(Cell(
+            "kube elastic", "2 -> 4", rate(ups, t0 - WINDOW, t0),
+            rate(ups, joined, joined + WINDOW), longest_gap(ups, t0 - WINDOW, t0),
+            longest_gap(ups, t0 - 1, joined + 2), lost=0 if contiguous(ups) else -1,
+            first_counted=min(first_step(2) or 0.0, first_step(3) or 0.0) - t0))
+        t1 = time.time()
+        k.kube.kubectl("scale", f"srj/{name}", "--replicas=1", "-n", KUBE_NAMESPACE)
+        wait_for("the removed workers' pods gone", lambda: not {
+            f"{name}-worker-{i}" for i in (1, 2, 3)} & k.pods(name))
+        time.sleep(WINDOW + 1)
+        downs = updates_of(updates)
+        cells.append(Cell(
+            "kube elastic", "4 -> 1", rate(downs, t1 - WINDOW, t1), rate(downs, t1, t1 + WINDOW),
+            longest_gap(downs, t1 - WINDOW, t1), longest_gap(downs, t1 - 1, t1 + 2),
+            lost=0 if contiguous(downs) else -1, first_counted=None))
+    finally:
+        k.stop()
+    return cells
+
+
+def kube_restart_run(root: Path) -> list[Cell]:
+    k = Kube(root)
+    cells = []
+    name, log = "restart-2", "updates-2"
+    try:
+        k.apply(kube_job(name, False, 2, k.dir, log))
+        trained_for(k.dir / log, WINDOW + 2, None)
+        for change, workers in (("2 -> 4", 4), ("4 -> 1", 1)):
+            t0 = time.time()
+            k.kube.kubectl("delete", "srj", name, "-n", KUBE_NAMESPACE, "--wait=true",
+                           "--timeout=180s", timeout=200)  # fmt: skip
+            wait_for("the stopped job's pods gone", lambda n=name: not k.pods(n))
+            before = updates_of(k.dir / log)
+            name, log = f"restart-{workers}", f"updates-{workers}"
+            k.apply(kube_job(name, False, workers, k.dir, log))
+            wait_for("the restarted job's first update",
+                     lambda path=k.dir / log: bool(updates_of(path)))
+            time.sleep(WINDOW + 1)
+            after = updates_of(k.dir / log)
+            first_step, first_at = after[0]
+            cells.append(Cell(
+                "kube restart", change, rate(before, t0 - WINDOW, t0),
+                rate(after, first_at, first_at + WINDOW), longest_gap(before, t0 - WINDOW, t0),
+                first_at - max(at for _, at in before),
+                lost=max(0, max(s for s, _ in before) - (first_step - 1)),
+                first_counted=first_at - t0))
+    finally:
+        k.stop()
+    return cells
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--keep", action="store_true", help="keep the work directories")
+    p.add_argument("--cluster", action="store_true",
+                   help="also on the cluster of `make cluster`, each after its local twin")
     opts = p.parse_args(argv)
     started = datetime.datetime.now(datetime.UTC)
     print(f"bench/elastic.py at {started:%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.1f}",
           flush=True)
     cells: list[Cell] = []
     for repeat in range(opts.repeats):
-        for system, run in (("elastic", elastic_run), ("restart", restart_run)):
+        runs: list[tuple[str, Callable[[Path], list[Cell]]]] = [
+            ("elastic", elastic_run), ("restart", restart_run)]
+        if opts.cluster:
+            runs = [("elastic", elastic_run), ("kube-elastic", kube_elastic_run),
+                    ("restart", restart_run), ("kube-restart", kube_restart_run)]
+        for system, run in runs:
             root = Path(tempfile.mkdtemp(prefix=f"elastic-{system}-{repeat}-"))
             try:
                 got = run(root)
