@@ -160,21 +160,7 @@ def elastic_run(root: Path) -> list[Cell]:
         t0 = time.time()
         cluster.start("worker", 2)
         cluster.start("worker", 3)
-
-        def first_step(index: int) -> float | None:
-            found = FIRST_STEP_RE.search(cluster.log("worker", index))
-            return float(found[1]) if found else None
-
-        wait_for("the new workers' first steps",
-                 lambda: first_step(2) is not None and first_step(3) is not None, cluster)
-        joined = max(first_step(2) or 0.0, first_step(3) or 0.0)
-        time.sleep(WINDOW + 1)
-        ups = updates_of(updates)
-        cells.append(Cell(
-            "elastic", "2 -> 4", rate(ups, t0 - WINDOW, t0), rate(ups, joined, joined + WINDOW),
-            longest_gap(ups, t0 - WINDOW, t0), longest_gap(ups, t0 - 1, joined + 2),
-            lost=0 if contiguous(ups) else -1,
-            first_counted=min(first_step(2) or 0.0, first_step(3) or 0.0) - t0))
+        cells.append(scale_up_cell("elastic", t0, lambda i: cluster.log("worker", i), updates))
         # Scale-down 4 -> 1.
         t1 = time.time()
         for index in (3, 2, 1):
@@ -182,13 +168,38 @@ def elastic_run(root: Path) -> list[Cell]:
         for index in (3, 2, 1):
             if cluster.wait_one("worker", index, timeout=60) != 0:
                 raise RuntimeError(f"worker {index} did not leave with exit 0\n{cluster.logs()}")
-        time.sleep(WINDOW + 1)
-        downs = updates_of(updates)
-        cells.append(Cell(
-            "elastic", "4 -> 1", rate(downs, t1 - WINDOW, t1), rate(downs, t1, t1 + WINDOW),
-            longest_gap(downs, t1 - WINDOW, t1), longest_gap(downs, t1 - 1, t1 + 2),
-            lost=0 if contiguous(downs) else -1, first_counted=None))
+        cells.append(scale_down_cell("elastic", t1, updates))
     return cells
+
+
+def scale_up_cell(system: str, t0: float, log: Callable[[int], str], updates: Path) -> Cell:
+    """Workers 2 and 3 asked for at ``t0``: wait for both first steps (in ``log(index)``),
+    then the window after."""
+
+    def first_step(index: int) -> float | None:
+        found = FIRST_STEP_RE.search(log(index))
+        return float(found[1]) if found else None
+
+    wait_for("the new workers' first steps",
+             lambda: first_step(2) is not None and first_step(3) is not None)
+    joined = max(first_step(2) or 0.0, first_step(3) or 0.0)
+    time.sleep(WINDOW + 1)
+    ups = updates_of(updates)
+    return Cell(
+        system, "2 -> 4", rate(ups, t0 - WINDOW, t0), rate(ups, joined, joined + WINDOW),
+        longest_gap(ups, t0 - WINDOW, t0), longest_gap(ups, t0 - 1, joined + 2),
+        lost=0 if contiguous(ups) else -1,
+        first_counted=min(first_step(2) or 0.0, first_step(3) or 0.0) - t0)
+
+
+def scale_down_cell(system: str, t1: float, updates: Path) -> Cell:
+    """Workers 3, 2 and 1 asked to leave at ``t1`` (and gone): the window after."""
+    time.sleep(WINDOW + 1)
+    downs = updates_of(updates)
+    return Cell(
+        system, "4 -> 1", rate(downs, t1 - WINDOW, t1), rate(downs, t1, t1 + WINDOW),
+        longest_gap(downs, t1 - WINDOW, t1), longest_gap(downs, t1 - 1, t1 + 2),
+        lost=0 if contiguous(downs) else -1, first_counted=None)
 
 
 def contiguous(updates: list[tuple[int, float]]) -> bool:
@@ -225,19 +236,23 @@ def restart_run(root: Path) -> list[Cell]:
             wait_for("the restarted job's first update",
                      lambda path=updates: bool(updates_of(path)), cluster)
             time.sleep(WINDOW + 1)
-            after = updates_of(updates)
-            first_step, first_at = after[0]
-            cells.append(Cell(
-                "restart", change, rate(before, t0 - WINDOW, t0),
-                rate(after, first_at, first_at + WINDOW), longest_gap(before, t0 - WINDOW, t0),
-                first_at - max(at for _, at in before),
-                # Updates made before the stop (the workers go on while the chief writes
-                # its checkpoint) that the restarted job does not start from.
-                lost=max(0, max(s for s, _ in before) - (first_step - 1)),
-                first_counted=first_at - t0))
+            cells.append(restart_cell("restart", change, t0, before, updates_of(updates)))
     finally:
         cluster.stop()
     return cells
+
+
+def restart_cell(system: str, change: str, t0: float, before: list[tuple[int, float]],
+                 after: list[tuple[int, float]]) -> Cell:
+    """A stop at ``t0`` and a restart at the new size, from both jobs' update logs."""
+    first_step, first_at = after[0]
+    return Cell(
+        system, change, rate(before, t0 - WINDOW, t0), rate(after, first_at, first_at + WINDOW),
+        longest_gap(before, t0 - WINDOW, t0), first_at - max(at for _, at in before),
+        # Updates made before the stop (the workers go on while the chief writes its
+        # checkpoint) that the restarted job does not start from.
+        lost=max(0, max(s for s, _ in before) - (first_step - 1)),
+        first_counted=first_at - t0)
 
 
 def fmt(value: float | None, spec: str = ".2f") -> str:
@@ -338,31 +353,13 @@ def kube_elastic_run(root: Path) -> list[Cell]:
         trained_for(updates, WINDOW + 2, None)
         t0 = time.time()
         k.kube.kubectl("scale", f"srj/{name}", "--replicas=4", "-n", KUBE_NAMESPACE)
-
-        def first_step(index: int) -> float | None:
-            found = FIRST_STEP_RE.search(k.logs(f"{name}-worker-{index}"))
-            return float(found[1]) if found else None
-
-        wait_for("the new workers' first steps",
-                 lambda: first_step(2) is not None and first_step(3) is not None)
-        joined = max(first_step(2) or 0.0, first_step(3) or 0.0)
-        time.sleep(WINDOW + 1)
-        ups = updates_of(updates)
-        cells.append(Cell(
-            "kube elastic", "2 -> 4", rate(ups, t0 - WINDOW, t0),
-            rate(ups, joined, joined + WINDOW), longest_gap(ups, t0 - WINDOW, t0),
-            longest_gap(ups, t0 - 1, joined + 2), lost=0 if contiguous(ups) else -1,
-            first_counted=min(first_step(2) or 0.0, first_step(3) or 0.0) - t0))
+        cells.append(scale_up_cell("kube elastic", t0,
+                                   lambda i: k.logs(f"{name}-worker-{i}"), updates))
         t1 = time.time()
         k.kube.kubectl("scale", f"srj/{name}", "--replicas=1", "-n", KUBE_NAMESPACE)
         wait_for("the removed workers' pods gone", lambda: not {
             f"{name}-worker-{i}" for i in (1, 2, 3)} & k.pods(name))
-        time.sleep(WINDOW + 1)
-        downs = updates_of(updates)
-        cells.append(Cell(
-            "kube elastic", "4 -> 1", rate(downs, t1 - WINDOW, t1), rate(downs, t1, t1 + WINDOW),
-            longest_gap(downs, t1 - WINDOW, t1), longest_gap(downs, t1 - 1, t1 + 2),
-            lost=0 if contiguous(downs) else -1, first_counted=None))
+        cells.append(scale_down_cell("kube elastic", t1, updates))
     finally:
         k.stop()
     return cells
@@ -386,14 +383,8 @@ def kube_restart_run(root: Path) -> list[Cell]:
             wait_for("the restarted job's first update",
                      lambda path=k.dir / log: bool(updates_of(path)))
             time.sleep(WINDOW + 1)
-            after = updates_of(k.dir / log)
-            first_step, first_at = after[0]
-            cells.append(Cell(
-                "kube restart", change, rate(before, t0 - WINDOW, t0),
-                rate(after, first_at, first_at + WINDOW), longest_gap(before, t0 - WINDOW, t0),
-                first_at - max(at for _, at in before),
-                lost=max(0, max(s for s, _ in before) - (first_step - 1)),
-                first_counted=first_at - t0))
+            cells.append(restart_cell("kube restart", change, t0, before,
+                                      updates_of(k.dir / log)))
     finally:
         k.stop()
     return cells
