@@ -102,15 +102,15 @@ class Coordinator:
         self.last_update_at = 0.0
         self.failure: str | None = None  # why the loop stopped before its epoch ended
 
-    def open(self, members: int) -> None:
+    def open(self, joined: int) -> None:
         """R back to replicasToAggregate and every heartbeat fresh (an elastic job's: every
-        member's, the empty slots' silent): run at the gate, with ``members`` joined."""
+        member's, the empty slots' silent): run at the gate, with ``joined`` replicas."""
         e = self.training.elastic
         self.last_update_at = float(self.sess.run([e.init, e.read["now"]])[1])
         self.r_eff = self.r
         m = self.ctx.metrics
         m.replicas_to_aggregate.set(self.r)
-        m.live_replicas.set(members)
+        m.live_replicas.set(joined)
 
     def run(self, stop: threading.Event) -> None:
         """Aggregate, update and hand out tokens until the epoch ends.
@@ -297,7 +297,7 @@ def wait_for_replicas(ctx: Context, protocol: SyncProtocol, epoch: int, limit: f
     quorum_at = None
     while True:
         state = protocol.state()
-        joined = members(state.ready, epoch)
+        joined = set(members(state.ready, epoch))  # a set: polled every 20 ms at any W
         missing = [r for r in expected if r not in joined]
         if not missing:
             return len(joined)
