@@ -13,7 +13,9 @@ from pydantic import Field
 from .fields import ApiModel, DateTime, Int32, Int64, ListMap, Number, Str
 
 Phase = Literal["Pending", "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
-RecoveryCause = Literal["Exited", "Evicted", "Deleted", "ContainerRestarted", "StragglerEvicted"]
+RecoveryCause = Literal[
+    "Exited", "Evicted", "Deleted", "ContainerRestarted", "StragglerEvicted", "NodeLost"
+]
 PHASES: Final[tuple[str, ...]] = get_args(Phase)
 RECOVERY_CAUSES: Final[tuple[str, ...]] = get_args(RecoveryCause)
 

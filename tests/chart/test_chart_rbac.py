@@ -74,10 +74,11 @@ def used_permissions(cluster: Cluster) -> set[Permission]:
 
 
 def granted_permissions(sets: list[str]) -> set[Permission]:
+    """Every grant of the operator's roles (its own, and node-loss handling's)."""
     objects = operator_objects(render(sets=sets))
-    role = (by_kind(objects, "ClusterRole") + by_kind(objects, "Role"))[0]
     return {
         (group, resource, verb)
+        for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role")
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]

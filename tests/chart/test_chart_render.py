@@ -134,8 +134,16 @@ def test_monitoring_objects_only_when_enabled_and_api_present(values: Path | Non
     assert len(maps) == (1 if enabled("dashboards") else 0)
 
 
+NODE_RBAC = ("-nodes", "-node-leases")
+
+
+def job_rbac(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The operator's objects without the node-loss handling's read-only roles."""
+    return [o for o in objects if not o["metadata"]["name"].endswith(NODE_RBAC)]
+
+
 def test_default_install_is_cluster_wide() -> None:
-    objects = operator_objects(render())
+    objects = job_rbac(operator_objects(render()))
     role, binding = one(objects, "ClusterRole"), one(objects, "ClusterRoleBinding")
     assert not by_kind(objects, "Role") and not by_kind(objects, "RoleBinding")
     assert binding["roleRef"] == {
@@ -152,8 +160,8 @@ def test_default_install_is_cluster_wide() -> None:
 
 
 def test_watch_namespace_gives_a_role_in_that_namespace() -> None:
-    objects = operator_objects(render(sets=["watchNamespace=team-a"],
-                                      api_versions=[MONITORING_API]))
+    objects = job_rbac(operator_objects(render(sets=["watchNamespace=team-a"],
+                                               api_versions=[MONITORING_API])))
     assert not by_kind(objects, "ClusterRole") and not by_kind(objects, "ClusterRoleBinding")
     role, binding = one(objects, "Role"), one(objects, "RoleBinding")
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "team-a"
@@ -176,6 +184,7 @@ EXPECTED_RULES = {
     ("", "services"): {"list", "watch", "create", "delete"},
     ("networking.k8s.io", "networkpolicies"): {"list", "watch", "create"},
     ("", "events"): {"create"},
+    ("policy", "poddisruptionbudgets"): {"create"},
     ("scheduling.x-k8s.io", "podgroups"): {"create", "delete"},
     ("scheduling.volcano.sh", "podgroups"): {"create", "delete"},
 }
@@ -184,7 +193,7 @@ EXPECTED_RULES = {
 @pytest.mark.parametrize("sets", [[], ["watchNamespace=team-a"]], ids=["cluster", "namespaced"])
 def test_rbac_grants_only_what_the_operator_uses(sets: list[str]) -> None:
     objects = render(sets=sets)
-    objects = operator_objects(objects)
+    objects = job_rbac(operator_objects(objects))
     role = (by_kind(objects, "ClusterRole") + by_kind(objects, "Role"))[0]
     granted: dict[tuple[str, str], set[str]] = {}
     for rule in role["rules"]:
@@ -194,6 +203,37 @@ def test_rbac_grants_only_what_the_operator_uses(sets: list[str]) -> None:
             for resource in rule["resources"]:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
     assert granted == EXPECTED_RULES
+
+
+@pytest.mark.parametrize("sets", [[], ["watchNamespace=team-a"]], ids=["cluster", "namespaced"])
+def test_node_loss_handling_reads_nodes_and_node_leases_only(sets: list[str]) -> None:
+    """Cluster-wide Nodes (even for one watched namespace), Leases in kube-node-lease only;
+    list and watch; none of it, and the operator told so, when the handling is off."""
+    objects = operator_objects(render(sets=sets))
+    nodes = [o for o in objects if o["metadata"]["name"].endswith(NODE_RBAC)]
+    assert sorted((o["kind"], o["metadata"].get("namespace")) for o in nodes) == [
+        ("ClusterRole", None), ("ClusterRoleBinding", None),
+        ("Role", "kube-node-lease"), ("RoleBinding", "kube-node-lease"),
+    ]  # fmt: skip
+    rules = {
+        (o["kind"], g, r, v)
+        for o in nodes
+        for rule in o.get("rules") or []
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    assert rules == {
+        ("ClusterRole", "", "nodes", "list"), ("ClusterRole", "", "nodes", "watch"),
+        ("Role", "coordination.k8s.io", "leases", "list"),
+        ("Role", "coordination.k8s.io", "leases", "watch"),
+    }  # fmt: skip
+    args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--node-loss-handling=on" in args and "--node-lease-grace-seconds=20" in args
+    off = operator_objects(render(sets=[*sets, "operator.nodeLossHandling=false"]))
+    assert not [o for o in off if o["metadata"]["name"].endswith(NODE_RBAC)]
+    args = one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--node-loss-handling=off" in args
 
 
 @pytest.mark.parametrize("sets", [[], ["watchNamespace=team-a"]], ids=["cluster", "namespaced"])

@@ -40,6 +40,10 @@ RESOURCES: dict[str, dict[str, Any]] = {
     "v1/services": {"kind": "Service", "namespaced": True},
     "v1/events": {"kind": "Event", "namespaced": True},
     "networking.k8s.io/v1/networkpolicies": {"kind": "NetworkPolicy", "namespaced": True},
+    "policy/v1/poddisruptionbudgets": {"kind": "PodDisruptionBudget", "namespaced": True},
+    # Node-loss handling reads the Nodes and the kubelets' Leases (kube-node-lease).
+    "v1/nodes": {"kind": "Node", "namespaced": False},
+    "coordination.k8s.io/v1/leases": {"kind": "Lease", "namespaced": True},
     # scheduler-plugins' PodGroups are served (Volcano's are not: the missing-API case).
     f"{naming.COSCHEDULING_API_VERSION}/{naming.POD_GROUP_PLURAL}": {
         "kind": naming.POD_GROUP_KIND,

@@ -22,7 +22,7 @@ def context(
     **observed: Any,
 ) -> PlanContext:
     """A context for ``job`` with ``pods`` observed (every replica's Service and the
-    NetworkPolicy too, unless ``observed`` says otherwise)."""
+    NetworkPolicy and PodDisruptionBudget too, unless ``observed`` says otherwise)."""
     observed.setdefault(
         "services",
         frozenset(
@@ -32,6 +32,7 @@ def context(
         ),
     )
     observed.setdefault("network_policy", True)
+    observed.setdefault("disruption_budget", True)
     inputs = Inputs(job, Observed(tuple(pods), **observed), status or {}, now, "img")
     return PlanContext(inputs)
 

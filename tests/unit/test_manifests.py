@@ -104,11 +104,12 @@ def test_out_of_range_replicas_are_refused(replica_type: str, index: int) -> Non
 def test_children_in_creation_order(workers: int, ps: int) -> None:
     children = manifests.build_children(job(workers=workers, parameterServers=ps))
     assert children[0]["kind"] == "NetworkPolicy"
+    assert children[1]["kind"] == "PodDisruptionBudget"
     expected: list[tuple[str, str]] = []
     for replica_type, count in (("ps", ps), ("chief", 1), ("worker", workers)):
         for i in range(count):
             expected += [("Service", f"job-{replica_type}-{i}"), ("Pod", f"job-{replica_type}-{i}")]
-    assert [(c["kind"], c["metadata"]["name"]) for c in children[1:]] == expected
+    assert [(c["kind"], c["metadata"]["name"]) for c in children[2:]] == expected
 
 
 def test_extra_annotations() -> None:

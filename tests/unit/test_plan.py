@@ -58,6 +58,7 @@ class World:
     last: Plan | None = None
     pod_group: bool | None = None
     pod_group_api: bool = True
+    budget: bool | None = None
 
     def plan(self) -> Plan:
         observed = Observed(
@@ -67,6 +68,7 @@ class World:
             self.step,
             pod_group=self.pod_group,
             pod_group_api=self.pod_group_api,
+            disruption_budget=self.budget,
         )
         self.last = plan_job(self.job, observed, self.status, self.now)
         for action in self.last.actions:
@@ -78,6 +80,8 @@ class World:
                     self.services.add(action.name)
                 elif action.kind == "PodGroup":
                     self.pod_group = True
+                elif action.kind == "PodDisruptionBudget":
+                    self.budget = True
                 else:
                     self.policy = True
             elif isinstance(action, DeletePod):

@@ -14,6 +14,7 @@ from tests.support.jobs import planner_job
 from tests.support.plans import T0, pods_of
 
 ALL_STEPS = [
+    "replace_lost",
     "force_delete_stuck",
     "plan_finished",
     "plan_suspended",

@@ -53,6 +53,7 @@ class World:
             True,
             seen_pods=self.seen,
             drop_fractions=self.fractions,
+            disruption_budget=True,
         )
         plan = self.last = plan_job(self.job, observed, self.status, T0)
         for action in plan.actions:

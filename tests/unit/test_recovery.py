@@ -365,6 +365,7 @@ class World:
             frozenset(self.services),
             True,
             seen_pods=self.seen,
+            disruption_budget=True,
             **observed,
         )
         self.last = plan_job(self.job, obs, self.status, self.now)

@@ -35,6 +35,7 @@ from ..core.straggler import Scrape, drop_fractions
 from ..core.timefmt import format_time
 from ..resources import k8s
 from ..resources.metrics import OperatorMetrics
+from ..resources.nodewatch import NodeWatch
 from . import replicametrics
 from .apply import apply_plan
 from .expectations import Expectations
@@ -110,11 +111,14 @@ class JobState:
     # a restart (the first spec seen is accepted).
     job: Job | None = None
     refused: str = ""  # the last refused update reported as an Event (reported once)
+    # Whether this loop created the job's PodDisruptionBudget (None: not known).
+    disruption_budget: bool | None = None
 
 
 STATES: dict[JobKey, JobState] = {}
 _API: k8s.Api | None = None
 _METRICS: OperatorMetrics | None = None
+_NODES: NodeWatch | None = None
 
 
 def api() -> k8s.Api:
@@ -131,6 +135,24 @@ def metrics() -> OperatorMetrics:
     if _METRICS is None:
         _METRICS = OperatorMetrics()
     return _METRICS
+
+
+def start_node_watch() -> None:
+    """Watch the nodes (when node-loss handling is on); a change in the set of lost nodes
+    wakes every job's loop. Call from the event loop."""
+    global _NODES
+    if not SETTINGS.node_loss_handling or _NODES is not None:
+        return
+    loop = asyncio.get_running_loop()
+
+    def wake_all() -> None:
+        for state in STATES.values():
+            state.wake.set()
+
+    _NODES = NodeWatch(
+        api().client, SETTINGS.node_lease_grace, lambda: loop.call_soon_threadsafe(wake_all)
+    )
+    _NODES.start()
 
 
 def wake(namespace: str | None, job: str | None) -> None:
@@ -224,6 +246,8 @@ async def reconcile(
         live_replicas=progress.live_replicas,
         drop_fractions=await read_drop_fractions(job, state, pods),
         seen_pods=state.seen_pods,
+        disruption_budget=state.disruption_budget,
+        nodes=_NODES.health() if _NODES is not None else None,
     )
     now = datetime.now(UTC)
     # Planning a large job builds thousands of pod bodies: keep it off the event loop.
@@ -244,9 +268,7 @@ async def reconcile(
             ", ".join(f"{n} {k}" for k, n in sorted(summary.items())),
         )
     try:
-        gone = await asyncio.to_thread(
-            apply_plan, api(), metrics(), raw, plan, state.expectations
-        )
+        gone = await asyncio.to_thread(apply_plan, api(), metrics(), raw, plan, state.expectations)
     except k8s.ApiError as exc:
         await report_write_failure(raw, state, exc)
         return WRITE_RETRY_SECONDS
@@ -256,6 +278,8 @@ async def reconcile(
     for action in plan.actions:
         if isinstance(action, CreateChild) and action.kind == naming.POD_GROUP_KIND:
             state.pod_group = True
+        elif isinstance(action, CreateChild) and action.kind == naming.DISRUPTION_BUDGET_KIND:
+            state.disruption_budget = True
         elif isinstance(action, DeletePodGroup):
             state.pod_group = False
     metrics().reconcile_seconds.observe(time.monotonic() - started)
@@ -339,6 +363,7 @@ async def report_write_failure(raw: Mapping[str, Any], state: JobState, exc: k8s
     # Part of the plan may have deleted pods: not failures to report next pass.
     state.seen_pods = None
     state.pod_group = None
+    state.disruption_budget = None
     meta = raw["metadata"]
     log.warning("%s/%s: %s", meta["namespace"], meta["name"], exc)
     message = str(exc)

@@ -52,6 +52,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
 
 
+@kopf.on.startup()
+async def watch_nodes(**_: Any) -> None:
+    daemon.start_node_watch()
+
+
 # Indexers run on every watch event of a child; they also wake the owning job's daemon
 # (it plans after a short debounce, by which time kopf has stored the indexed value), which
 # saves a separate event handler per child event.

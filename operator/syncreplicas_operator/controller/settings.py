@@ -13,6 +13,7 @@ from typing import Final
 from prometheus_client import start_http_server
 
 from ..core import manifests
+from ..core.nodes import DEFAULT_LEASE_GRACE_SECONDS
 
 log = logging.getLogger("syncreplicas.operator")
 
@@ -30,6 +31,10 @@ class Settings:
     replica_scrape_interval: float = 30.0
     scrape_concurrency: int = 16
     image: str = manifests.DEFAULT_IMAGE
+    # Lost nodes (core/nodes.py): watch Nodes and the kubelets' Leases, force-delete and
+    # re-create the replicas of a lost node. Off: Kubernetes' own handling alone.
+    node_loss_handling: bool = True
+    node_lease_grace: float = DEFAULT_LEASE_GRACE_SECONDS
 
 
 SETTINGS = Settings()
@@ -82,6 +87,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=SETTINGS.image,
         help="runtime image for pods whose spec and template name none (default: %(default)s)",
     )
+    parser.add_argument(
+        "--node-loss-handling",
+        choices=("on", "off"),
+        default="on" if SETTINGS.node_loss_handling else "off",
+        help="watch Nodes and the kubelets' Leases and re-create at once the replicas of a "
+        "lost node (gone, not Ready, Lease not renewed, out of service); off: leave them "
+        "to Kubernetes (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--node-lease-grace-seconds",
+        type=float,
+        default=SETTINGS.node_lease_grace,
+        help="a node whose kubelet has not renewed its Lease for this long is lost (the "
+        "kubelet renews every 10 s; default: %(default)s)",
+    )
     parser.add_argument("--verbose", action="store_true", help="debug logging")
 
 
@@ -105,6 +125,10 @@ def configure(args: argparse.Namespace) -> None:
     SETTINGS.replica_scrape_interval = args.replica_scrape_interval
     SETTINGS.scrape_concurrency = args.scrape_concurrency
     SETTINGS.image = args.image
+    if args.node_lease_grace_seconds <= 0:
+        raise SystemExit("--node-lease-grace-seconds must be > 0")
+    SETTINGS.node_loss_handling = args.node_loss_handling == "on"
+    SETTINGS.node_lease_grace = args.node_lease_grace_seconds
 
 
 def serve_metrics(args: argparse.Namespace) -> None:

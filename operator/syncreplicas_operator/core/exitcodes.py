@@ -13,6 +13,9 @@ CONFIG: Final = 64
 MODEL: Final = 65
 UNREACHABLE: Final = 69
 RETRY: Final = 75
+# A newer incarnation of the same replica runs (SYNCREPLICAS_INCARNATION): this process was
+# refused by the parameter servers and stood down. Not a failure of the replica.
+FENCED: Final = 77
 
 NON_RETRYABLE: Final = frozenset({CONFIG, MODEL, UNREACHABLE})
 
@@ -22,6 +25,7 @@ NAMES: Final = {
     MODEL: "MODEL",
     UNREACHABLE: "UNREACHABLE",
     RETRY: "RETRY",
+    FENCED: "FENCED",
 }
 
 

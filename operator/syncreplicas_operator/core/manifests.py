@@ -36,10 +36,10 @@ a decision the operator must take first:
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Final
 
-from . import naming, podtemplate, tfconfig
+from . import naming, placement, podtemplate, tfconfig
 from .enums import ChiefRestartPolicy, GangScheduler, RestartPolicy
 from .spec import Job, JobSpec
 
@@ -184,9 +184,14 @@ def build_pod(
     default_image: str = DEFAULT_IMAGE,
     annotations: Mapping[str, str] | None = None,
     cluster: Mapping[str, list[str]] | None = None,
+    incarnation: int | None = None,
+    avoid_nodes: Collection[str] = (),
 ) -> Manifest:
     """The Pod of one replica. ``annotations`` are added (e.g. a restart round);
-    ``cluster`` is :func:`job_cluster`'s result, when the caller builds many pods."""
+    ``cluster`` is :func:`job_cluster`'s result, when the caller builds many pods;
+    ``incarnation`` (the operator's clock in ms) goes into an annotation and
+    ``SYNCREPLICAS_INCARNATION``; ``avoid_nodes`` are nodes the pod must not run on
+    (lost ones). Tolerations and spreading: ``core/placement.py``."""
     spec = job.spec
     if not 0 <= index < spec.replica_count(replica_type):
         raise ValueError(f"{replica_type} index {index} out of range for job {job.name}")
@@ -200,6 +205,8 @@ def build_pod(
     if job.generation is not None:
         pod_annotations[naming.ANNOTATION_JOB_GENERATION] = str(job.generation)
     pod_annotations.update(annotations or {})
+    if incarnation is not None:
+        pod_annotations[naming.ANNOTATION_INCARNATION] = str(incarnation)
     if pod_annotations:
         metadata["annotations"] = pod_annotations
 
@@ -225,6 +232,8 @@ def build_pod(
         if p.get("name") not in own_port_names and p.get("containerPort") not in own_port_numbers
     ]
     own_env = _environment(job, replica_type, index, cluster)
+    if incarnation is not None:
+        own_env.append({"name": naming.ENV_INCARNATION, "value": str(incarnation)})
     own_env_names = {e["name"] for e in own_env}
     user_env = [e for e in container.get("env") or [] if e.get("name") not in own_env_names]
     container["env"] = user_env + own_env
@@ -247,6 +256,9 @@ def build_pod(
         writable[CHECKPOINT_VOLUME] = spec.training.checkpoint_dir
     _writable_dirs(pod_spec, container, writable)
     _secure_pod(pod_spec)
+    placement.add_tolerations(pod_spec)
+    placement.add_spreading(pod_spec, job.name, replica_type)
+    placement.avoid_nodes(pod_spec, avoid_nodes)
     pod_spec["restartPolicy"] = pod_restart_policy(spec, replica_type)
     _join_pod_group(job, metadata, pod_spec)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
@@ -344,6 +356,24 @@ def build_service(job: Job, replica_type: str, index: int) -> Manifest:
     }
 
 
+def build_disruption_budget(job: Job) -> Manifest:
+    """The job's PodDisruptionBudget: at most one of its pods evicted at a time (a drain
+    moves one replica, never two parameter servers at once). A pod that is not ready may
+    always be evicted, so a pending or crashing replica never blocks a drain."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": naming.DISRUPTION_BUDGET_KIND,
+        "metadata": _metadata(
+            job, naming.disruption_budget_name(job.name), naming.job_labels(job.name)
+        ),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": naming.job_labels(job.name)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
 def build_network_policy(job: Job) -> Manifest:
     """Ingress to the job's pods: gRPC only from the job's own pods (TensorFlow's gRPC has
     no authentication), metrics from anywhere (scrapers). Other ingress is denied."""
@@ -378,6 +408,7 @@ def build_children(job: Job, *, default_image: str = DEFAULT_IMAGE) -> list[Mani
     if job.spec.run_policy.scheduling_policy is not None:
         children.append(build_pod_group(job))
     children.append(build_network_policy(job))
+    children.append(build_disruption_budget(job))
     cluster = job_cluster(job)
     for replica_type, count in job.spec.replica_counts().items():
         for index in range(count):

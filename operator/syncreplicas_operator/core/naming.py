@@ -48,6 +48,26 @@ MANAGED_BY: Final = "syncreplicas-operator"
 ANNOTATION_JOB_GENERATION: Final = f"{GROUP}/job-generation"
 # How many times the chief had been restarted when a child was created (RestartJob rounds).
 ANNOTATION_RESTART_ROUND: Final = f"{GROUP}/restart-round"
+# A replica process's incarnation (docs/contract.md): the operator's clock in milliseconds
+# when it created the pod, strictly increasing for one replica identity. The runtime fences
+# an older incarnation still running (a pod of a lost node force-deleted and re-created).
+ANNOTATION_INCARNATION: Final = f"{GROUP}/incarnation"
+
+# --- nodes: what the operator reads to tell a lost node ----------------------------------
+
+# The kubelets' heartbeats: one Lease per node, named like the node, in this namespace.
+NODE_LEASE_NAMESPACE: Final = "kube-node-lease"
+NODE_CONDITION_READY: Final = "Ready"
+# Kubernetes' taints of a node that stopped answering / is not ready (the node lifecycle
+# controller's), and the taint an administrator puts on a node that is really gone.
+TAINT_UNREACHABLE: Final = "node.kubernetes.io/unreachable"
+TAINT_NOT_READY: Final = "node.kubernetes.io/not-ready"
+TAINT_OUT_OF_SERVICE: Final = "node.kubernetes.io/out-of-service"
+# The node label the default spreading constraints use (one topology domain per node).
+LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
+
+# One PodDisruptionBudget per job (policy/v1): a drain moves one replica at a time.
+DISRUPTION_BUDGET_KIND: Final = "PodDisruptionBudget"
 
 # --- gang scheduling: the PodGroup APIs of the schedulers the operator supports ---------
 
@@ -81,6 +101,7 @@ ENV_JOB: Final = "SYNCREPLICAS_JOB"
 ENV_JOB_NAME: Final = "SYNCREPLICAS_JOB_NAME"
 ENV_NAMESPACE: Final = "SYNCREPLICAS_NAMESPACE"
 ENV_METRICS_PORT: Final = "SYNCREPLICAS_METRICS_PORT"
+ENV_INCARNATION: Final = "SYNCREPLICAS_INCARNATION"
 
 # --- phases, condition types, event reasons -----------------------------------------------
 
@@ -158,6 +179,9 @@ REASON_CLEANED_UP: Final = "CleanedUp"
 REASON_WRITE_FAILED: Final = "WriteFailed"
 REASON_GANG_SCHEDULER_MISSING: Final = "GangSchedulerMissing"
 REASON_FORCE_DELETED: Final = "ForceDeleted"
+# Replicas on a node that is lost (gone, not ready, its kubelet silent, out of service):
+# force-deleted and re-created elsewhere.
+REASON_NODE_LOST: Final = "NodeLost"
 # Elastic workers: the Event of a resize, the Resizing condition's reasons, and an update
 # the operator does not apply (the stored spec's immutable fields, or an invalid update of
 # a job that runs: what the API server's rules refuse, when they were not there to).
@@ -185,6 +209,11 @@ COORDINATOR_KEY: Final = replica_key(PS, 0)
 def replica_name(job: str, replica_type: str, index: int) -> str:
     """Name of the pod and of its headless Service: ``<job>-<type>-<index>``."""
     return f"{job}-{replica_key(replica_type, index)}"
+
+
+def disruption_budget_name(job: str) -> str:
+    """Name of the job's PodDisruptionBudget (one per job): the job's own name."""
+    return job
 
 
 def network_policy_name(job: str) -> str:

@@ -24,12 +24,14 @@ CAUSE_EVICTED: Final = "Evicted"  # the pod failed without a container exit (nod
 CAUSE_DELETED: Final = "Deleted"  # deleted or replaced by someone other than the operator
 CAUSE_CONTAINER_RESTARTED: Final = "ContainerRestarted"  # the kubelet restarted it in place
 CAUSE_STRAGGLER_EVICTED: Final = "StragglerEvicted"  # runPolicy.stragglerPolicy
+CAUSE_NODE_LOST: Final = "NodeLost"  # its node was lost: force-deleted and re-created
 CAUSES: Final = (
     CAUSE_EXITED,
     CAUSE_EVICTED,
     CAUSE_DELETED,
     CAUSE_CONTAINER_RESTARTED,
     CAUSE_STRAGGLER_EVICTED,
+    CAUSE_NODE_LOST,
 )
 
 

@@ -109,6 +109,15 @@ class ObservedPod:
     # globalStep from the termination message of its current exit (the chief's final step
     # on exit 0), None when it says none.
     exit_step: int | None = None
+    # spec.nodeName: the node it was scheduled to ("" while unscheduled).
+    node_name: str = ""
+    # Its syncreplicas.io/incarnation annotation (0 when it has none).
+    incarnation: int = 0
+
+    @property
+    def fenced(self) -> bool:
+        """It stood down for a newer incarnation of its replica (exit FENCED)."""
+        return self.exit_code == exitcodes.FENCED
 
     @property
     def active(self) -> bool:
@@ -205,7 +214,14 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
         exit_reason=message.reason,
         last_exit_reason=last_message.reason,
         exit_step=message.global_step,
+        node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
+        incarnation=_incarnation(meta.get("annotations") or {}),
     )
+
+
+def _incarnation(annotations: Mapping[str, Any]) -> int:
+    raw = str(annotations.get(naming.ANNOTATION_INCARNATION) or "")
+    return int(raw) if raw.isdigit() else 0
 
 
 def job_name_of(pod: Mapping[str, Any]) -> str | None:
@@ -244,7 +260,9 @@ def replica_statuses(
             counts["ready"] += int(pod.ready)
         elif pod.phase == POD_SUCCEEDED:
             counts["succeeded"] += 1
-        elif pod.phase == POD_FAILED:
+        elif pod.phase == POD_FAILED and not (pod.disruption or pod.fenced):
+            # A pod the cluster stopped, or one that stood down for a newer incarnation
+            # of its replica, did not fail.
             counts["failed"] += 1
     return out
 

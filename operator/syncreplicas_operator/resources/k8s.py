@@ -33,6 +33,7 @@ _PATHS: dict[str, tuple[str, str]] = {
     "Service": ("/api/v1", "services"),
     "Event": ("/api/v1", "events"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
+    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
     naming.KIND: (f"/apis/{naming.API_VERSION}", naming.PLURAL),
 }
 # Kinds whose API group varies (the same kind from different schedulers).

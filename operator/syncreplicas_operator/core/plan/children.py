@@ -28,10 +28,11 @@ FORCE_DELETE_AFTER_SECONDS: Final = 60.0
 def force_delete_stuck(ctx: PlanContext) -> bool:
     """Delete at once the pods whose kubelet never confirmed their deletion."""
     forced: list[str] = []
+    nodes = ctx.observed.nodes
     for pod in sorted(ctx.observed.pods, key=lambda p: p.name):
         due = parse_time(pod.deletion_timestamp) if pod.deleting else None
-        if due is None:
-            continue
+        if due is None or (nodes is not None and nodes.why_lost(pod.node_name)):
+            continue  # not going; or on a lost node, force-deleted by plan/nodes.py
         overdue = (ctx.now - due).total_seconds()
         if overdue < FORCE_DELETE_AFTER_SECONDS:
             ctx.requeue.append(FORCE_DELETE_AFTER_SECONDS - overdue)
@@ -61,6 +62,8 @@ def reconcile_children(ctx: PlanContext) -> bool:
     # the NetworkPolicy next (no pod is ever reachable unprotected), then every Service
     # (peers resolve each other while starting), then pods: PS, chief, workers.
     _create_pod_group_and_policy(ctx)
+    if ctx.observed.disruption_budget is not True:
+        ctx.actions.append(CreateChild(manifests.build_disruption_budget(ctx.job)))
     services = _create_services(ctx)
     pods = _create_pods(ctx, ps_up)
     _prune(ctx)
@@ -110,6 +113,9 @@ def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
     created = 0
     replaced: list[str] = []
     cluster: dict[str, list[str]] | None = None
+    incarnation = new_incarnation(ctx)
+    nodes = ctx.observed.nodes
+    avoid = sorted(nodes.lost) if nodes is not None else []
     for replica_type, count in ctx.spec.replica_counts().items():
         for index in range(count):
             name = naming.replica_name(job.name, replica_type, index)
@@ -130,6 +136,8 @@ def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
                 default_image=ctx.inputs.default_image,
                 annotations=annotations,
                 cluster=cluster,
+                incarnation=incarnation,
+                avoid_nodes=avoid,
             )
             ctx.actions.append(CreateChild(pod))
             ctx.pods[name] = ObservedPod(name=name, replica_type=replica_type, index=index)
@@ -145,6 +153,15 @@ def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
         ctx.condition(naming.CONDITION_RESTARTING, True, naming.REASON_REPLICA_RESTARTED, message)
         ctx.event(WARNING, naming.REASON_REPLICA_RESTARTED, message)
     return created
+
+
+def new_incarnation(ctx: PlanContext) -> int:
+    """The incarnation of the pods this pass creates: the clock in milliseconds, and above
+    every incarnation the job's pods show, so that a replacement outranks its predecessor
+    even if the clock stepped back a little."""
+    now_ms = int(ctx.now.timestamp() * 1000)
+    highest = max((p.incarnation for p in ctx.observed.pods), default=0)
+    return max(now_ms, highest + 1)
 
 
 def _prune(ctx: PlanContext) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import naming, recovery
 from ..actions import Action, DeletePod, EmitEvent
+from ..nodes import NodeHealth
 from ..recovery import Failure, SeenPod
 from ..spec import Job, JobSpec
 from ..status import (
@@ -53,6 +54,12 @@ class Observed:
     pod_group: bool | None = None
     # Whether the API server serves the PodGroup API the job's gang scheduler reads.
     pod_group_api: bool = True
+    # Whether the job's PodDisruptionBudget exists (None: not known; creating it again is
+    # harmless).
+    disruption_budget: bool | None = None
+    # The nodes' verdicts (core/nodes.py); None when node-loss handling is off or the
+    # nodes have not been read yet: no pod is then held to be on a lost node.
+    nodes: NodeHealth | None = None
 
 
 @dataclass(frozen=True)

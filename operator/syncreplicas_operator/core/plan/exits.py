@@ -24,9 +24,16 @@ def handle_exits(ctx: PlanContext) -> bool:
         if ctx.resized_away(pod.replica_type, pod.index):
             continue  # left the job on purpose (exit 0 at SIGTERM); children.py deletes it
         spent = ctx.restarts_so_far()
-        disrupted = bool(pod.disruption)
-        decision = decide_replica_exit(
-            policy, pod.replica_type, pod.exit_code, spent, disrupted=disrupted
+        # A fenced replica stood down for a newer incarnation of itself: like a disrupted
+        # one, not its failure, whatever the policy; its pod goes and the replica is
+        # created again (a pod of its name cannot be the newer one).
+        disrupted = bool(pod.disruption) or pod.fenced
+        decision = (
+            ReplicaExitDecision.RESTART
+            if pod.fenced
+            else decide_replica_exit(
+                policy, pod.replica_type, pod.exit_code, spent, disrupted=disrupted
+            )
         )
         code = exitcodes.describe(pod.exit_code)
         # A disrupted pod's code is the kill's (137, 143 or none): its cause says more.
@@ -125,4 +132,5 @@ def _creation_order(pod: ObservedPod) -> tuple[int, int]:
 
 
 def _disrupted(pod: ObservedPod) -> str:
-    return f"{pod.disruption}; not counted against backoffLimit"
+    cause = pod.disruption or f"{exit_summary(pod.exit_code or 0, pod.exit_reason)}: fenced"
+    return f"{cause}; not counted against backoffLimit"

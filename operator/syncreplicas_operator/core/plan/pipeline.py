@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from .. import manifests
 from ..spec import Job
-from . import chief, children, exits, lifecycle, progress, recoveries, resize, stragglers
+from . import chief, children, exits, lifecycle, nodes, progress, recoveries, resize, stragglers
 from .context import Inputs, Observed, Plan, PlanContext
 from .result import build_plan
 
@@ -16,6 +16,7 @@ from .result import build_plan
 Step = Callable[[PlanContext], bool]
 
 STEPS: Final[tuple[Step, ...]] = (
+    nodes.replace_lost,
     children.force_delete_stuck,
     lifecycle.plan_finished,
     lifecycle.plan_suspended,

@@ -1,0 +1,87 @@
+"""Where a replica's pod may run and how soon it leaves a failed node: tolerations,
+default spreading, and nodes to avoid. Pure; edits the pod spec ``build_pod`` builds.
+
+- Tolerations: ``node.kubernetes.io/unreachable`` and ``not-ready`` (NoExecute) for
+  :data:`TOLERATION_SECONDS` instead of the 300 s Kubernetes adds by default, so that even
+  without the operator's own node handling a lost node's pods are evicted in half a minute.
+  A toleration the template sets for either key is kept instead.
+- Spreading (``kubernetes.io/hostname``, ``ScheduleAnyway``): the parameter servers on
+  different nodes, and the job's pods spread over nodes, where nodes allow; a one-node
+  cluster still schedules everything. One node lost then costs one PS at most. A template
+  that sets its own ``topologySpreadConstraints`` or pod (anti-)affinity keeps them and
+  gets none of these.
+- Nodes to avoid: a pod created while the operator holds nodes lost is kept off them
+  (a required node affinity on ``metadata.name``), since the scheduler learns of a lost
+  node only once Kubernetes marks it not ready, up to a minute later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, Final
+
+from . import naming
+
+TOLERATION_SECONDS: Final = 30
+TOLERATED_TAINTS: Final = (naming.TAINT_UNREACHABLE, naming.TAINT_NOT_READY)
+NO_EXECUTE: Final = "NoExecute"
+
+Manifest = dict[str, Any]
+
+
+def add_tolerations(pod_spec: Manifest) -> None:
+    """Short NoExecute tolerations of an unreachable / not-ready node, unless the template
+    tolerates that taint itself."""
+    tolerations: list[Manifest] = list(pod_spec.get("tolerations") or [])
+    own = {t.get("key") for t in tolerations if t.get("effect") in (None, "", NO_EXECUTE)}
+    for key in TOLERATED_TAINTS:
+        if key not in own:
+            tolerations.append(
+                {
+                    "key": key,
+                    "operator": "Exists",
+                    "effect": NO_EXECUTE,
+                    "tolerationSeconds": TOLERATION_SECONDS,
+                }
+            )
+    pod_spec["tolerations"] = tolerations
+
+
+def add_spreading(pod_spec: Manifest, job: str, replica_type: str) -> None:
+    """Default topology spread over nodes, unless the template places its pods itself."""
+    affinity = pod_spec.get("affinity") or {}
+    if pod_spec.get("topologySpreadConstraints") or any(
+        affinity.get(kind) for kind in ("podAffinity", "podAntiAffinity")
+    ):
+        return
+    constraints: list[Manifest] = []
+    if replica_type == naming.PS:
+        ps = {**naming.job_labels(job), naming.LABEL_REPLICA_TYPE: naming.PS}
+        constraints.append(_spread(ps))
+    constraints.append(_spread(naming.job_labels(job)))
+    pod_spec["topologySpreadConstraints"] = constraints
+
+
+def _spread(labels: dict[str, str]) -> Manifest:
+    return {
+        "maxSkew": 1,
+        "topologyKey": naming.LABEL_HOSTNAME,
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": labels},
+    }
+
+
+def avoid_nodes(pod_spec: Manifest, nodes: Collection[str]) -> None:
+    """Keep the pod off ``nodes``: a ``metadata.name NotIn`` field requirement in every
+    required node selector term (terms are ORed: each must exclude them)."""
+    if not nodes:
+        return
+    requirement = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    affinity = pod_spec.setdefault("affinity", {})
+    node_affinity = affinity.setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms: list[Manifest] = required.get("nodeSelectorTerms") or [{}]
+    required["nodeSelectorTerms"] = [
+        {**term, "matchFields": [*(term.get("matchFields") or []), dict(requirement)]}
+        for term in terms
+    ]
