@@ -24,7 +24,8 @@ def main() -> int:
 
     started = time.monotonic()
     try:
-        cfg = parse_config(os.environ)
+        # Unless told, this process's incarnation is its start time (ms).
+        cfg = parse_config(os.environ, started_ms=int(time.time() * 1000))
     except ConfigError as err:
         return fail(exitcodes.CONFIG, f"bad configuration: {err}")
     name = f"{cfg.role}-{cfg.index}"
@@ -98,6 +99,11 @@ def main() -> int:
     except Exit as err:
         return fail(err.code, err.reason, seen_step(metrics))
     except tf.errors.OpError as err:
+        from .sync.fencing import superseded_by
+
+        if (fence := superseded_by(err)) is not None:  # a run refused by the fence on PS 0
+            return fail(exitcodes.FENCED, exitcodes.fenced_reason(
+                cfg.replica_id, fence.mine, fence.owner), seen_step(metrics))
         print(f"syncreplicas {name}: {type(err).__name__}: {err.message}", flush=True)
         return fail(exitcodes.RETRY, f"{type(err).__name__}: {op_error_summary(err.message)}",
                     seen_step(metrics))

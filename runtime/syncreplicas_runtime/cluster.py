@@ -29,6 +29,12 @@ STEP_DELAY_ENV = "SYNCREPLICAS_DEBUG_STEP_DELAY_MS"
 # A benchmark hook, not for production: PS 0 appends "global_step unix_time R" to this file
 # after every update (bench/elastic.py measures the gaps between updates with it).
 UPDATES_FILE_ENV = "SYNCREPLICAS_DEBUG_UPDATES_FILE"
+# This process's incarnation (docs/contract.md): a positive int64, higher for every newer
+# process of the same replica (the operator sets its clock in ms when it creates the pod).
+# Unset, the process's own start time in ms. The highest incarnation that joined a replica
+# slot owns it; an older process still running is fenced off (exit FENCED).
+INCARNATION_ENV = "SYNCREPLICAS_INCARNATION"
+INT64_MAX = 2**63 - 1
 
 
 class ConfigError(ValueError):
@@ -60,6 +66,8 @@ class ClusterConfig:
     # spec.elasticPolicy.maxWorkers: workers may join and leave the running job (None: the
     # job has exactly ``workers``).
     max_workers: int | None = None
+    # SYNCREPLICAS_INCARNATION, or the process's start time in ms (0: not told, in tests).
+    incarnation: int = 0
 
     @property
     def address(self) -> str:
@@ -227,10 +235,25 @@ def parse_job(text: str | None) -> dict[str, Any]:
     }
 
 
-def parse_config(env: Mapping[str, str]) -> ClusterConfig:
-    """The whole configuration of one replica from its environment (a mapping, no I/O)."""
+def parse_incarnation(text: str | None, started_ms: int) -> int:
+    """SYNCREPLICAS_INCARNATION -> a positive int64; unset or empty: ``started_ms`` (the
+    process's start time in ms, which the caller reads: this module reads no clock)."""
+    if text is None or not text.strip():
+        return started_ms
+    raw = text.strip()
+    if not raw.isascii() or not raw.isdigit():
+        raise ConfigError(INCARNATION_ENV, f"must be a positive integer (milliseconds), "
+                          f"got {text!r}")
+    return _int(int(raw), INCARNATION_ENV, minimum=1, maximum=INT64_MAX)
+
+
+def parse_config(env: Mapping[str, str], started_ms: int = 0) -> ClusterConfig:
+    """The whole configuration of one replica from its environment (a mapping, no I/O).
+
+    ``started_ms`` is the incarnation of a process that was given none (its start time)."""
     role, index, cluster, sparse = parse_tf_config(env.get("TF_CONFIG"))
     job = parse_job(env.get("SYNCREPLICAS_JOB"))
+    job["incarnation"] = parse_incarnation(env.get(INCARNATION_ENV), started_ms)
     port_override = env.get("SYNCREPLICAS_METRICS_PORT")
     if port_override is not None and port_override.strip() != "":
         try:

@@ -15,11 +15,16 @@ CONFIG: Final = 64
 MODEL: Final = 65
 UNREACHABLE: Final = 69
 RETRY: Final = 75
+# Another process holds this replica's identity: a newer incarnation (SYNCREPLICAS_INCARNATION)
+# of the same replica joined, and the parameter servers refuse this one. Not a failure of the
+# replica: never restart it (its replacement runs already).
+FENCED: Final = 77
 
 NON_RETRYABLE: Final = frozenset({CONFIG, MODEL, UNREACHABLE})
 
 NAMES: Final = {
     OK: "OK", CONFIG: "CONFIG", MODEL: "MODEL", UNREACHABLE: "UNREACHABLE", RETRY: "RETRY",
+    FENCED: "FENCED",
 }
 
 
@@ -31,6 +36,13 @@ def is_retryable(code: int) -> bool:
 def describe(code: int) -> str:
     """A short name for logs and status messages, e.g. ``CONFIG (64)``."""
     return f"{NAMES.get(code, 'EXIT')} ({code})"
+
+
+def fenced_reason(slot: int, mine: int, owner: int) -> str:
+    """The reason of a FENCED exit: whose identity, this process's incarnation, the owner's."""
+    who = "the chief" if slot == 0 else f"worker {slot - 1}"
+    return (f"superseded: {who} (replica slot {slot}) is held by incarnation {owner}, newer "
+            f"than this process's incarnation {mine}; standing down (never restart)")
 
 
 def exit_line(code: int, reason: str) -> str:

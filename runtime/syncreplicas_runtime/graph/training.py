@@ -38,9 +38,11 @@ from ..model.contract import BuiltModel, ModelError, build_model
 from ..process.context import Context
 from ..process.exits import Exit
 from ..process.sessions import cluster_spec
+from ..sync.fencing import FenceOps, build_fence, owner_table
 from ..sync.names import (
     AGGREGATE_VARIABLE,
     CHIEF_STARTS_VARIABLE,
+    HANDED_OUT_VARIABLE,
     HEARTBEAT_VARIABLE,
     PUSHED_STEP_VARIABLE,
     READY_VARIABLE,
@@ -159,9 +161,14 @@ class TrainingGraph:
     saver: Any
     epoch: int
     packing: Packing | None = None    # training.packVariables: the packed PS variables
-    # Rejoining: this replica's last pushed step and the global step; take the token only.
+    # Rejoining: this replica's last pushed step and the global step; then, once the update
+    # of that step handed out its tokens (``handed_out`` > it), drain and ``skip``: the
+    # local step and the copies from the global step after that update.
     already_pushed: dict[str, Any] = field(default_factory=dict)
     skip: dict[str, Any] = field(default_factory=dict)
+    handed_out: Any = None
+    # A replica's fence (sync/fencing.py): its writes to the shared state run behind it.
+    fence: FenceOps | None = None
     # Joining: drop the tokens this replica's queue gathered while it was away (it holds
     # a joiner's share, as at the gate); fetches the number dropped.
     drain: Any = None
@@ -203,6 +210,11 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             with v1.container(container_name(epoch)):
                 sync_opt.apply_gradients(gvs, global_step=global_step)
         apply_ops, update_op = stock_pieces(sync_opt)
+        # Every write of a replica to the shared state runs behind its fence (on PS 0, from
+        # PS 0's own constant and owner table: it holds even when PS 0 cannot reach it).
+        fence = (build_fence(owner_table(total), replica, cfg.incarnation)
+                 if cfg.replica_id >= 0 else None)
+        fenced = [fence.check] if fence is not None else []
         shares = tokens_per_replica(total, cfg.replicas_to_aggregate, cfg.initial_tokens)
         queues = [token_queue(i, epoch) for i in range(total)]
         pushes = push_queue(epoch)
@@ -217,6 +229,8 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                                         initializer=v1.zeros_initializer(), **kw)
             pushed_step = v1.get_variable(PUSHED_STEP_VARIABLE, [total], tf.int64,
                                           initializer=v1.constant_initializer(-1), **kw)
+            handed_out = v1.get_variable(HANDED_OUT_VARIABLE, [], tf.int64,
+                                         initializer=v1.constant_initializer(-1), **kw)
             # The epoch each replica joined (the protocol's, sync/protocol.py): members.
             ready = v1.get_variable(READY_VARIABLE, [total], tf.int64,
                                     initializer=v1.zeros_initializer(), **kw)
@@ -227,7 +241,9 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             # Read before the push, not after: when this push is the R-th, the update can
             # advance the global step before a later read, and an accepted gradient would
             # look stale. Read first, it can only miss a drop that happens in that instant.
-            gs_at_push = global_step.read_value()
+            # Behind the fence: so is every apply, and the token taken after them.
+            with tf.control_dependencies(fenced):
+                gs_at_push = global_step.read_value()
             for op in apply_ops:
                 op._add_control_input(gs_at_push.op)
             with tf.control_dependencies(apply_ops):
@@ -259,28 +275,31 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         fetches = {"train": train_op, "loss": built.loss, "gs_at_push": gs_at_push,
                    "gs_after": gs_after, "t_pushed": t_pushed, "t_token": t_token}
         # Rejoining a running epoch: an earlier process of this replica may have pushed its
-        # gradient for the current step and died waiting for the token. That gradient is
-        # in the accumulators; pushing the same step again would count this replica twice
-        # in one update. The rejoiner then only takes its token (replica/steploop.py).
+        # gradient for the current step and died waiting for the token, or still wait for
+        # it (a partitioned process, fenced off: its pending take is served first). That
+        # gradient is in the accumulators; pushing the same step again would count this
+        # replica twice in one update. The rejoiner waits until that update handed out its
+        # tokens, drains its queue like any joiner (the token is there, or the old take got
+        # it) and goes on from the global step after it (replica/steploop.py).
         with tf.device(SYNC_STATE_DEVICE):
             already = {"pushed": pushed_step.read_value()[replica],
                        "global_step": global_step.read_value()}
-            waited = queues[replica].dequeue()
-            with tf.control_dependencies([waited]):
-                gs_waited = global_step.read_value()
+            handed_out_read = handed_out.read_value()
+            gs_rejoin = global_step.read_value()
         with tf.device(own):
-            skip_op = sync_opt._local_step.assign(gs_waited, read_value=False)
+            skip_op = sync_opt._local_step.assign(gs_rejoin, read_value=False)
         if packing is not None:
-            skip_op = tf.group(skip_op, packing.refresh([gs_waited]))
-        skip = {"skip": skip_op, "gs_after": gs_waited}
+            skip_op = tf.group(skip_op, packing.refresh([gs_rejoin]))
+        skip = {"skip": skip_op, "gs_after": gs_rejoin}
         with tf.device(SYNC_STATE_DEVICE):
             # A replica away while updates went on (restarted, or a new worker of an elastic
             # job in a slot that was empty) finds its queue topped up: taking those tokens
             # would let it push twice for one update. Keep what the gate gives a joiner.
             own_base, own_extra = shares[replica]
             keep = tf.constant(own_base - 1 + own_extra, tf.int32)
-            drain = tf.size(queues[replica].dequeue_many(
-                tf.maximum(queues[replica].size() - keep, 0)))
+            with tf.control_dependencies(fenced):
+                drain = tf.size(queues[replica].dequeue_many(
+                    tf.maximum(queues[replica].size() - keep, 0)))
         with tf.device(SYNC_STATE_DEVICE):
             with tf.control_dependencies([update_op]):
                 gs_new = global_step.read_value()
@@ -288,7 +307,9 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                 for q, (base, extra) in zip(queues, shares, strict=True):
                     n = tf.maximum(tf.constant(base + extra, tf.int32) - q.size(), 0)
                     top_ups.append(q.enqueue_many([tf.fill([n], gs_new)]))
-                sync_op = tf.group(*top_ups, name="syncreplicas_sync")
+                with tf.control_dependencies(top_ups):
+                    handed = handed_out.assign(gs_new, read_value=False)
+                sync_op = tf.group(*top_ups, handed, name="syncreplicas_sync")
             gate = [q.enqueue_many([tf.fill([base - 1 + extra], global_step.read_value())])
                     for q, (base, extra) in zip(queues, shares, strict=True)
                     if base - 1 + extra > 0]
@@ -313,7 +334,8 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             init = tf.group(aggregate.assign(cfg.replicas_to_aggregate, read_value=False),
                             heartbeat.assign(now, read_value=False),
                             pushed_step.assign(tf.fill([total], tf.constant(-1, tf.int64)),
-                                               read_value=False))
+                                               read_value=False),
+                            handed_out.assign(-1, read_value=False))
 
             def read_state() -> dict[str, Any]:
                 # Built here, under the caller's control dependencies: counts read before
@@ -330,9 +352,10 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                 wait_and_read = read_state()
             with tf.control_dependencies([update_op]):
                 updated_at = tf.timestamp()
-            silent = tf.raw_ops.ResourceScatterUpdate(
-                resource=heartbeat.handle, indices=[replica],
-                updates=tf.zeros([1], tf.float64))
+            with tf.control_dependencies(fenced):
+                silent = tf.raw_ops.ResourceScatterUpdate(
+                    resource=heartbeat.handle, indices=[replica],
+                    updates=tf.zeros([1], tf.float64))
             with tf.control_dependencies([silent]):
                 leave = pushes.enqueue(replica)
             elastic = ElasticOps(init=init, set_r=aggregate.assign(r_value, read_value=False),
@@ -343,7 +366,8 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                    if t.snapshot_every_steps else None)
         saver = report = None
         if cfg.is_chief:  # only the chief saves and restores: less to build on the others
-            with tf.device(own):
+            # Behind the fence: every save and every restore (the ops the Saver builds).
+            with tf.device(own), tf.control_dependencies(fenced):
                 saved = (packing.saver_var_list(opt, v1.global_variables()) if packing
                          else v1.global_variables())
                 saver = v1.train.Saver(saved, sharded=False, max_to_keep=3,
@@ -363,7 +387,8 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         close_tokens_op=close_tokens_op, depth=depth, pending=pending, elastic=elastic,
         seqlock=seqlock,
         report_uninitialized=report, saver=saver, epoch=epoch, packing=packing,
-        already_pushed=already, skip=skip, drain=drain)
+        already_pushed=already, skip=skip, drain=drain, handed_out=handed_out_read,
+        fence=fence)
 
 
 def build_epoch_graph(ctx: Context, epoch: int) -> TrainingGraph:

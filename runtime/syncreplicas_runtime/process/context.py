@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -42,6 +43,9 @@ class Context:
     leaving: threading.Event = field(default_factory=threading.Event)
     left: bool = False
     protocol: Any = None
+    # Set by the fence watch (sync/fencing.py): the incarnation that superseded this process,
+    # or None (read from PS 0 on each call).
+    superseded: Callable[[], int | None] | None = None
 
     def log(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S", time.gmtime())
@@ -91,6 +95,11 @@ def start_watchdog(ctx: Context) -> None:
         while True:
             time.sleep(min(1.0, limit / 4))
             if ctx.watchdog_armed and time.monotonic() - ctx.last_progress > limit:
+                # A process that woke up superseded (a partition that healed) says so.
+                owner = ctx.superseded() if ctx.superseded is not None else None
+                if owner is not None:
+                    ctx.exit_now(exitcodes.FENCED, exitcodes.fenced_reason(
+                        ctx.cfg.replica_id, ctx.cfg.incarnation, owner))
                 ctx.exit_now(exitcodes.RETRY, "no token and no new sync epoch for "
                              f"{limit:.0f}s: a replica the updates need is gone")
 

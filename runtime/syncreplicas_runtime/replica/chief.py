@@ -27,6 +27,7 @@ from ..process.exits import Exit
 from ..process.sessions import close_quietly, open_session
 from ..state.checkpoints import restore_or_initialize, save_checkpoint
 from ..state.snapshots import SnapshotStore, Snapshotter
+from ..sync.fencing import superseded_by
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, unconfirmed
 from .steploop import EpochEnded, StepLoop, wait_for_phase
 from .worker import LinkFailures, reach_ps, wait_for_epoch
@@ -97,6 +98,7 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, store: Snapsho
     """Join ``epoch`` (resetting it first if PS 0 waits for that) and train; returns "done"
     or why the epoch ended. ``store`` holds the freshest snapshot of this process."""
     cfg, m = ctx.cfg, ctx.metrics
+    protocol.claim()  # slot 0 is this process's (or it is fenced off: 77)
     training = build_epoch_graph(ctx, epoch)
     sess = open_session(cfg, ctx.server.target, training.graph)
     snapshots = None
@@ -180,10 +182,11 @@ def train(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGra
             snapshots.notify(global_step)
         if cfg.training.checkpoint_dir and global_step // every > ctx.last_checkpoint // every \
                 and global_step < cfg.training.max_steps:
-            save_checkpoint(sess, training, cfg.training.checkpoint_dir, global_step)
             ctx.last_checkpoint = global_step
-            m.checkpoint_step.set(global_step)
-            ctx.log(f"checkpoint at global step {global_step}")
+            if save_checkpoint(sess, training, cfg.training.checkpoint_dir, global_step,
+                               ctx.log):
+                m.checkpoint_step.set(global_step)
+                ctx.log(f"checkpoint at global step {global_step}")
         if global_step >= cfg.training.max_steps:
             return finish_chief(ctx, protocol, sess, training, global_step)
         evals = cfg.training.eval_every_steps
@@ -198,8 +201,8 @@ def finish_chief(ctx: Context, protocol: SyncProtocol, sess: Any, training: Trai
     cfg = ctx.cfg
     # The step of exit 0's message (a chief may finish without a step of its own here).
     ctx.metrics.global_step.set(global_step)
-    if cfg.training.checkpoint_dir:
-        save_checkpoint(sess, training, cfg.training.checkpoint_dir, global_step)
+    if cfg.training.checkpoint_dir and save_checkpoint(
+            sess, training, cfg.training.checkpoint_dir, global_step, ctx.log):
         ctx.metrics.checkpoint_step.set(global_step)
     if training.model.eval:
         evaluate(ctx, sess, training, global_step)
@@ -240,9 +243,13 @@ def graceful_stop(ctx: Context) -> None:
             if sess is not None and training is not None and ctx.cfg.training.checkpoint_dir:
                 global_step = int(sess.run(training.global_step))
                 path = save_checkpoint(sess, training, ctx.cfg.training.checkpoint_dir,
-                                       global_step)
-                reason += f" after writing {os.path.basename(path)}"
+                                       global_step, ctx.log)
+                reason += (f" after writing {os.path.basename(path)}" if path
+                           else " (its checkpoint refused: the directory holds a newer one)")
         except Exception as err:  # still exit: the orchestrator is waiting
+            if (fence := superseded_by(err)) is not None:  # a newer chief holds slot 0
+                ctx.exit_now(exitcodes.FENCED, exitcodes.fenced_reason(
+                    0, fence.mine, fence.owner), global_step)
             reason += f" (clean-up failed: {type(err).__name__})"
         ctx.exit_now(128 + signal.SIGTERM, reason, global_step)
 

@@ -38,21 +38,31 @@ class StepLoop:
 
     def join(self) -> None:
         """Before this process's first push in the epoch: if an earlier process of this
-        replica already pushed for the current global step (it died waiting for its
-        token), that gradient counts; take the token of that update instead of pushing the
-        same step again (which would put this replica in one update twice)."""
+        replica already pushed for the current global step (it died waiting for its token,
+        or, partitioned and fenced off, still waits for it), that gradient counts: wait for
+        that update instead of pushing the same step again (which would put this replica in
+        one update twice). Then drop the tokens its queue gathered while it was away."""
         self.joined = True
         seen = self.sess.run(self.training.already_pushed)
-        if int(seen["pushed"]) != int(seen["global_step"]):
-            dropped = int(self.sess.run(self.training.drain))
-            if dropped:
-                self.ctx.log(f"dropped {dropped} token(s) its queue gathered while it was away "
-                             f"(global step {int(seen['global_step'])})")
-            return
-        self.ctx.log(f"this replica's gradient for global step {int(seen['global_step'])} "
-                     "was pushed before its restart; waiting for that update")
-        self.tag = int(self.sess.run(self.training.skip)["gs_after"])
-        self.ctx.progress()
+        pushed = int(seen["pushed"])
+        if pushed == int(seen["global_step"]):
+            self.ctx.log(f"this replica's gradient for global step {pushed} was pushed "
+                         "before its restart; waiting for that update")
+            self.wait_handed_out(pushed)
+        dropped = int(self.sess.run(self.training.drain))
+        if dropped:
+            self.ctx.log(f"dropped {dropped} token(s) its queue gathered while it was away "
+                         f"(global step {int(seen['global_step'])})")
+        if pushed == int(seen["global_step"]):
+            self.tag = int(self.sess.run(self.training.skip)["gs_after"])
+            self.ctx.progress()
+
+    def wait_handed_out(self, step: int) -> None:
+        """Until PS 0 handed out the tokens of the update of ``step`` (the watchdog bounds
+        it: that update needs the other replicas, as a take of its token would)."""
+        while int(self.sess.run(self.training.handed_out)) <= step:
+            check_leaving(self.ctx)
+            time.sleep(POLL)
 
     def debug_delay(self) -> float:
         """Sleep the debug step delay; one read from a file is cut short when it changes."""

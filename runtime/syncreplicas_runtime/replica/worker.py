@@ -16,6 +16,7 @@ from ..phases import Phase, ReplicaPhase
 from ..process.context import Context, start_watchdog
 from ..process.exits import Exit
 from ..process.sessions import close_quietly, open_session
+from ..sync.fencing import start_fence_watch
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, SyncState
 from .steploop import EpochEnded, Leaving, StepLoop, check_leaving, wait_for_phase
 
@@ -131,6 +132,8 @@ def reach_ps(ctx: Context) -> SyncProtocol:
         raise Exit(exitcodes.UNREACHABLE, f"PS not reachable within "
                    f"{cfg.training.startup_timeout_seconds:.0f}s: {type(err).__name__}") from err
     ctx.set_phase(ReplicaPhase.GATHERING)
+    # From now on, a newer incarnation of this replica ends this process (FENCED).
+    start_fence_watch(ctx, protocol.owner)
     return protocol
 
 
@@ -201,6 +204,7 @@ def wait_for_epoch(ctx: Context, protocol: SyncProtocol, left: int | None,
 def train_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
     """Train in ``epoch`` until it ends; returns "done" or why the epoch ended."""
     cfg = ctx.cfg
+    protocol.claim()  # this replica's slot is this process's (or it is fenced off: 77)
     training = build_epoch_graph(ctx, epoch)
     sess = open_session(cfg, ctx.server.target, training.graph)
     ctx.session, ctx.graph = sess, training

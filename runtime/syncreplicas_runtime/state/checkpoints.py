@@ -1,9 +1,16 @@
 """Checkpoints of the variables on the parameter servers, and bringing them to a consistent
-state when an epoch is reset: keep, restore (snapshot or checkpoint) or initialize."""
+state when an epoch is reset: keep, restore (snapshot or checkpoint) or initialize.
+
+A checkpoint's global step never goes back: a save at a lower step than the newest
+checkpoint in the directory is refused (a superseded chief that woke up late, which the
+fence also stops; sync/fencing.py). Every save, restore and initialization runs behind the
+chief's fence.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import tensorflow as tf
@@ -16,6 +23,13 @@ v1 = tf.compat.v1
 
 def checkpoint_prefix(directory: str) -> str:
     return os.path.join(directory, "model.ckpt")
+
+
+def newest_checkpoint_step(filenames: Iterable[str]) -> int | None:
+    """The highest global step among a directory's checkpoints (``model.ckpt-N.index``)."""
+    steps = [checkpoint_step(name[:-len(".index")]) for name in filenames
+             if name.startswith("model.ckpt-") and name.endswith(".index")]
+    return max((s for s in steps if s is not None), default=None)
 
 
 def restore_or_initialize(sess: Any, training: TrainingGraph, checkpoint_dir: str,
@@ -40,7 +54,8 @@ def restore_or_initialize(sess: Any, training: TrainingGraph, checkpoint_dir: st
             training.saver.restore(sess, latest)
             how = f"restored {os.path.basename(latest)}"
         else:
-            with training.graph.as_default():
+            fenced = [training.fence.check] if training.fence is not None else []
+            with training.graph.as_default(), tf.control_dependencies(fenced):
                 todo = [v for v in v1.global_variables() if v.op.name in missing]
                 sess.run(v1.variables_initializer(todo))
             how = "initialized" if len(todo) == len(training.graph.get_collection("variables")) \
@@ -48,7 +63,15 @@ def restore_or_initialize(sess: Any, training: TrainingGraph, checkpoint_dir: st
     return how, int(sess.run(training.global_step))
 
 
-def save_checkpoint(sess: Any, training: TrainingGraph, checkpoint_dir: str, step: int) -> str:
+def save_checkpoint(sess: Any, training: TrainingGraph, checkpoint_dir: str, step: int,
+                    log: Callable[[str], None] = print) -> str | None:
+    """Write the checkpoint of global step ``step``; its path, or None (and a log line) when
+    the directory already holds a newer one."""
     os.makedirs(checkpoint_dir, exist_ok=True)
+    newest = newest_checkpoint_step(os.listdir(checkpoint_dir))
+    if newest is not None and step < newest:
+        log(f"checkpoint at global step {step} refused: {checkpoint_dir} holds one at global "
+            f"step {newest}, and a checkpoint's step never goes back")
+        return None
     return str(training.saver.save(sess, checkpoint_prefix(checkpoint_dir), global_step=step,
-                             write_meta_graph=False))
+                                   write_meta_graph=False))

@@ -22,6 +22,12 @@ failed half-way (a PS lost mid-update) leaves the counter odd, and every read is
 refused until PS 0 opens the next sync epoch and rounds it up to even (``settle``, in
 graph/seqlock.py with the counter), after the chief has restored the variables.
 
+A snapshot also copies the owner table (sync/fencing.py; not a variable of the model, read
+in the same run without the seqlock: its slots only grow). A restore raises the table to
+at least the copy (``scatter_max``), so after PS 0 restarts, an incarnation that had
+superseded an older process still does before it joins again: the older one's claim, if it
+wakes first, is refused. The restore itself runs behind the chief's fence.
+
 The chief restores nothing while it snapshots: its snapshot thread belongs to one sync epoch
 and its store refuses a copy begun under an earlier generation (``SnapshotStore.begin``), so
 a read that overlapped a restore is never kept.
@@ -40,6 +46,7 @@ import tensorflow as tf
 
 from ..graph.training import TrainingGraph
 from ..process.context import Context
+from ..sync.fencing import merge_owners
 from ..sync.names import SYNC_STATE_DEVICE
 
 v1 = tf.compat.v1
@@ -85,6 +92,7 @@ def choose_source(snapshot_step: int | None, checkpoint: int | None) -> str:
 class Snapshot:
     step: int
     values: dict[str, np.ndarray]
+    owners: np.ndarray | None = None  # the owner table (sync/fencing.py)
 
 
 class SnapshotStore:
@@ -124,6 +132,7 @@ class ReadOps:
     before: Any
     values: dict[str, Any]
     after: Any
+    owners: Any = None
 
 
 def build_read(training: TrainingGraph) -> ReadOps:
@@ -137,13 +146,17 @@ def build_read(training: TrainingGraph) -> ReadOps:
             values = {v.op.name: v.read_value() for v in v1.global_variables()}
         with tf.device(SYNC_STATE_DEVICE), tf.control_dependencies(list(values.values())):
             after = seqlock.counter.read_value()
-    return ReadOps(before=before, values=values, after=after)
+    owners = training.fence.read_all if training.fence is not None else None
+    return ReadOps(before=before, values=values, after=after, owners=owners)
 
 
 def restore_snapshot(sess: Any, training: TrainingGraph, snapshot: Snapshot) -> bool:
-    """Assign ``snapshot`` to every global variable in one run; False (nothing written) when
-    it does not match the graph's variables."""
-    with training.graph.as_default():
+    """Assign ``snapshot`` to every global variable in one run, behind the fence, and raise
+    the owner table to the snapshot's; False (nothing written) when it does not match the
+    graph's variables."""
+    fence = training.fence
+    with training.graph.as_default(), tf.control_dependencies(
+            [fence.check] if fence is not None else []):
         variables = {v.op.name: v for v in v1.global_variables()}
         if set(variables) != set(snapshot.values) or any(
                 tuple(v.shape.as_list()) != snapshot.values[name].shape
@@ -155,6 +168,9 @@ def restore_snapshot(sess: Any, training: TrainingGraph, snapshot: Snapshot) -> 
             feeds[value] = snapshot.values[name]
             assigns.append(v.assign(value, read_value=False))
         sess.run(tf.group(*assigns), feed_dict=feeds)
+    if fence is not None and snapshot.owners is not None \
+            and snapshot.owners.shape == tuple(fence.owner.shape.as_list()):
+        merge_owners(sess, fence, snapshot.owners)
     return True
 
 
@@ -201,6 +217,8 @@ class Snapshotter:
         opts = v1.RunOptions(timeout_in_ms=int(READ_TIMEOUT_SECONDS * 1000))
         fetches = {"before": self.read.before, "values": self.read.values,
                    "after": self.read.after}
+        if self.read.owners is not None:
+            fetches["owners"] = self.read.owners
         for _ in range(READ_ATTEMPTS):
             if self.stopped.is_set():
                 return
@@ -210,7 +228,8 @@ class Snapshotter:
                 return  # a PS lost or not restored yet: the epoch ends, or the next one works
             if consistent(int(out["before"]), int(out["after"])):
                 step = int(out["values"][self.step_name])
-                if self.store.offer(self.generation, Snapshot(step, out["values"])):
+                if self.store.offer(self.generation,
+                                    Snapshot(step, out["values"], out.get("owners"))):
                     self.ctx.metrics.snapshot_step.set(step)
                 return
             time.sleep(0)  # let the update finish

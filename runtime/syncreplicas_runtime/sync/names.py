@@ -15,12 +15,16 @@ EPOCH_VARIABLE = "syncreplicas/epoch"
 PHASE_VARIABLE = "syncreplicas/phase"
 READY_VARIABLE = "syncreplicas/ready"
 DONE_VARIABLE = "syncreplicas/done"
+# Per replica slot: the highest incarnation that joined it (sync/fencing.py).
+OWNER_VARIABLE = "syncreplicas/owner"
 CHIEF_STARTS_VARIABLE = "syncreplicas/chief_starts"
 # Elastic R (not checkpointed: the coordinator sets them when it opens an epoch).
 AGGREGATE_VARIABLE = "syncreplicas/replicas_to_aggregate"
 HEARTBEAT_VARIABLE = "syncreplicas/heartbeat"
 # Per replica: the global step its last accepted push was tagged with (-1: none this epoch).
 PUSHED_STEP_VARIABLE = "syncreplicas/pushed_step"
+# The global step whose tokens PS 0 handed out last (after each update's top-up).
+HANDED_OUT_VARIABLE = "syncreplicas/handed_out_step"
 # Counts the halves of every update (odd while one is applied): graph/seqlock.py.
 SNAPSHOT_SEQ_VARIABLE = "syncreplicas/update_seq"
 GLOBAL_STEP_VARIABLE = "global_step"

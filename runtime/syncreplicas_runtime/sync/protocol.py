@@ -32,6 +32,7 @@ from ..cluster import ClusterConfig
 from ..phases import Phase
 from ..process.sessions import session_config
 from . import names
+from .fencing import FenceOps, build_fence, fenced, owner_table
 
 v1 = tf.compat.v1
 
@@ -104,18 +105,27 @@ class SyncProtocol:
             self.ready = v1.get_variable(names.READY_VARIABLE, [total], tf.int64, **kw)
             self.done = v1.get_variable(names.DONE_VARIABLE, [total], tf.int32, **kw)
             global_step = v1.get_variable(names.GLOBAL_STEP_VARIABLE, [], tf.int64, **kw)
+            owner = owner_table(total)
+            # A replica's writes to the protocol state are fenced (sync/fencing.py).
+            self.fence: FenceOps | None = (build_fence(owner, cfg.replica_id, cfg.incarnation)
+                                           if cfg.replica_id >= 0 else None)
+            fenced_writes = tf.control_dependencies(
+                [self.fence.check] if self.fence is not None else [])
             self._inited = v1.is_variable_initialized(self.epoch)
             self._gs_inited = v1.is_variable_initialized(global_step)
             self._read = [self.epoch.read_value(), self.phase.read_value(),
                           self.ready.read_value(), self.done.read_value()]
             self._read_gs = global_step.read_value()
             self._init = tf.group(self.epoch.initializer, self.phase.initializer,
-                                  self.ready.initializer, self.done.initializer)
+                                  self.ready.initializer, self.done.initializer,
+                                  owner.initializer)
             self._p_int = v1.placeholder(tf.int64, [])
             self._p_index = v1.placeholder(tf.int32, [])
             self._set_phase = self.phase.assign(tf.cast(self._p_int, tf.int32), read_value=False)
-            self._set_ready = v1.scatter_update(self.ready, [self._p_index], [self._p_int])
-            self._set_done = v1.scatter_update(self.done, [self._p_index], [1])
+            with fenced_writes:
+                self._set_ready = v1.scatter_update(self.ready, [self._p_index],
+                                                    [self._p_int])
+                self._set_done = v1.scatter_update(self.done, [self._p_index], [1])
             self._open_epoch = tf.group(
                 self.epoch.assign(self._p_int, read_value=False),
                 self.phase.assign(int(Phase.RESETTING), read_value=False))
@@ -202,7 +212,23 @@ class SyncProtocol:
         return SyncState(True, int(epoch), Phase(int(phase)), tuple(int(x) for x in ready),
                          tuple(int(x) for x in done), gs)
 
+    def owner(self) -> int:
+        """The incarnation that holds this replica's slot (the owner table on PS 0)."""
+        assert self.fence is not None
+        return int(self.run(self.fence.held, timeout=2.0))
+
     # -- writes -------------------------------------------------------------------
+    def claim(self) -> None:
+        """Join as this replica's owner: raise its slot to this process's incarnation;
+        Exit FENCED when a newer incarnation already holds it."""
+        assert self.fence is not None
+        try:
+            owner = int(self.run(self.fence.claim))
+        except tf.errors.FailedPreconditionError as err:  # PS 0 restarted: no table yet
+            raise tf.errors.AbortedError(None, None, f"cannot claim: {err.message}") from err
+        if owner > self.cfg.incarnation:
+            raise fenced(self.cfg, owner)
+
     def init_if_needed(self) -> None:
         if not self.run(self._inited):
             self.run(self._init)
