@@ -7,12 +7,13 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from syncreplicas_operator.core import naming
+from syncreplicas_operator.core import exitcodes, naming
 from syncreplicas_operator.core.actions import DeletePod
 from syncreplicas_operator.core.plan.exits import final_step, handle_exits, last_failure
 from syncreplicas_operator.core.policy import ReplicaExitDecision, decide_replica_exit
 from syncreplicas_operator.core.recovery import Failure
 from syncreplicas_operator.core.spec import RunPolicy
+from syncreplicas_operator.core.status import replica_statuses
 
 from tests.support.jobs import planner_job
 from tests.support.plans import condition, context, pods_of, reasons
@@ -198,3 +199,45 @@ def test_last_failure() -> None:
     assert last_failure(ctx) == "j-ps-0 restarted after exiting with RETRY (75)"
     ctx.failures.append(Failure("worker-0", "Deleted", "pod j-worker-0 was deleted"))
     assert last_failure(ctx) == "pod j-worker-0 was deleted"
+
+
+# --- not failures: a fenced replica, a pod the cluster stopped ----------------------------
+
+
+@pytest.mark.parametrize("restart_policy", ["ExitCode", "OnFailure", "Never"])
+@pytest.mark.parametrize("replica", ["j-ps-0", "j-chief-0", "j-worker-1"])
+def test_a_fenced_replica_is_replaced_whatever_the_policy_and_never_counted(
+    restart_policy: str, replica: str
+) -> None:
+    """Exit FENCED (77): a newer incarnation of the replica ran; not its failure."""
+    job = planner_job(2, runPolicy={"restartPolicy": restart_policy, "backoffLimit": 0})
+    pods = [
+        replace(p, **EXITED, exit_code=exitcodes.FENCED) if p.name == replica else p
+        for p in pods_of(job)
+    ]
+    ctx = context(job, pods)
+    assert handle_exits(ctx) is False
+    assert DeletePod(replica) in ctx.actions
+    assert ctx.recreations == {}
+    assert not ctx.finished()
+    restarting = [c for c in ctx.conditions if c["type"] == naming.CONDITION_RESTARTING]
+    assert "FENCED (77)" in restarting[0]["message"]
+    assert "not counted against backoffLimit" in restarting[0]["message"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "failed"),
+    [
+        ({"exit_code": 1}, 1),
+        ({"exit_code": exitcodes.FENCED}, 0),
+        ({"exit_code": 137, "disruption": "DisruptionTarget: drained"}, 0),
+        ({"exit_code": -1, "disruption": "Evicted: low on memory"}, 0),
+    ],
+)
+def test_fenced_and_disrupted_pods_are_not_counted_failed(
+    changes: dict[str, Any], failed: int
+) -> None:
+    job = planner_job(2)
+    pods = [replace(p, **EXITED, **changes) if p.name == "j-worker-0" else p for p in pods_of(job)]
+    statuses = replica_statuses(pods, {})
+    assert statuses["worker"]["failed"] == failed
