@@ -25,8 +25,9 @@ help:
 	@echo "make bench  - benchmarks (print tables; see bench/RESULTS.md)"
 	@echo "make crds   - generate the CRD (crds/ and the chart's copy) from the API types"
 	@echo "make chart  - helm lint --strict and helm template the chart"
-	@echo "make cluster      - a single-node Kubernetes built from upstream sources, with"
-	@echo "                    both images loaded and the chart installed (.cluster/kubeconfig)"
+	@echo "make cluster      - a Kubernetes cluster built from upstream sources (NODES=3 nodes"
+	@echo "                    by default), both images loaded, the chart installed"
+	@echo "                    (.cluster/kubeconfig); NODES=N converges a running one to N"
 	@echo "make cluster-down - stop it and remove everything it made"
 
 venv: $(VENV)/.installed
@@ -99,11 +100,12 @@ chart: tools
 	promtool check rules charts/syncreplicas/files/alerts.yaml
 	promtool test rules tests/chart/alerts_test.yaml
 
-# A single-node cluster from upstream sources (hack/cluster/README.md). Idempotent.
+# A multi-node cluster from upstream sources (hack/cluster/README.md). Idempotent; NODES=N
+# converges a running cluster to N nodes (default: as many as run, else 3).
 cluster: tools
 	$(CLUSTER)/install-host.sh
 	$(CLUSTER)/build-binaries.sh
-	python3 $(CLUSTER)/cluster.py up
+	python3 $(CLUSTER)/cluster.py up $(if $(NODES),--nodes $(NODES))
 	$(CLUSTER)/images.sh
 	$(CLUSTER)/install-chart.sh
 	@echo
@@ -111,6 +113,7 @@ cluster: tools
 	@echo "  export KUBECONFIG=$(CURDIR)/.cluster/kubeconfig PATH=$(CURDIR)/$(TOOLS):\$$PATH"
 	@echo "  kubectl apply -f examples/digits.yaml"
 	@echo "  kubectl get srj -w"
+	@echo "  kubectl get nodes    # python3 $(CLUSTER)/cluster.py node NAME crash|partition|heal|start|drain|preempt"
 	@echo "  make cluster-down    # stop it"
 
 cluster-down:

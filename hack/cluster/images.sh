@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the cluster's images with buildah (no Docker engine, no registry) and loads them
-# into the cluster's containerd (namespace k8s.io), where the kubelet finds them:
+# into every node's containerd (namespace k8s.io), where the kubelets find them:
 #   registry.k8s.io/pause:<PAUSE_VERSION>       the pod sandbox (pause from build-binaries.sh)
 #   localhost/syncreplicas/python:3.11-bookworm  the base standing in for python:3.11-slim:
 #                                                Debian's python3 by mmdebstrap, a venv at
@@ -19,7 +19,6 @@ repo="$(cd "$here/../.." && pwd)"
 . "$here/versions.env"
 CACHE="${SYNCREPLICAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncreplicas}"
 RUN="${SYNCREPLICAS_CLUSTER_DIR:-/tmp/syncreplicas-cluster}"
-SOCK="$RUN/containerd/containerd.sock"
 IMPORTED="$CACHE/containerd-imported"
 build_only=0
 [[ "${1:-}" == "--build" ]] && build_only=1
@@ -82,20 +81,36 @@ done
 
 [[ $build_only == 1 ]] && exit 0
 
-# load into the cluster's containerd -----------------------------------------------------
-[[ -S "$SOCK" ]] || { echo "images: no containerd at $SOCK: run cluster.py up" >&2; exit 1; }
-mkdir -p "$IMPORTED"
+# load into every node's containerd ------------------------------------------------------
+# One archive per image, imported into each node that lacks it (in parallel).
+mapfile -t nodes < <(python3 "$here/cluster.py" sockets)
+((${#nodes[@]})) || { echo "images: no nodes: run cluster.py up" >&2; exit 1; }
 for name in "$PAUSE" "$OPERATOR" "$RUNTIME"; do
   id="$(image_id "$name")"
-  key="$IMPORTED/$(echo "$name" | tr '/:' '__')"
-  if [[ -f "$key" && "$(cat "$key")" == "$id" ]] \
-      && ctr --address "$SOCK" -n k8s.io images ls -q | grep -qx "$name"; then
-    continue
-  fi
+  key="$(echo "$name" | tr '/:' '__')"
+  todo=()
+  for line in "${nodes[@]}"; do
+    node="${line%% *}"; sock="${line#* }"
+    [[ -S "$sock" ]] || { echo "images: no containerd at $sock ($node)" >&2; exit 1; }
+    mark="$IMPORTED/$node/$key"
+    if [[ -f "$mark" && "$(cat "$mark")" == "$id" ]] \
+        && ctr --address "$sock" -n k8s.io images ls -q | grep -qx "$name"; then
+      continue
+    fi
+    todo+=("$line")
+  done
+  ((${#todo[@]})) || continue
   t=$SECONDS
   buildah push --quiet "$name" "docker-archive:$work/image.tar:$name" >/dev/null
-  ctr --address "$SOCK" -n k8s.io images import "$work/image.tar" >/dev/null
+  pids=()
+  for line in "${todo[@]}"; do
+    node="${line%% *}"; sock="${line#* }"
+    mkdir -p "$IMPORTED/$node"
+    ( ctr --address "$sock" -n k8s.io images import "$work/image.tar" >/dev/null \
+        && echo "$id" > "$IMPORTED/$node/$key" ) &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
   rm -f "$work/image.tar"
-  echo "$id" > "$key"
-  say "loaded $name into the cluster in $((SECONDS - t)) s"
+  say "loaded $name into ${#todo[@]} node(s) in $((SECONDS - t)) s"
 done

@@ -16,6 +16,7 @@ have mmdebstrap || need+=(mmdebstrap)
 have iptables || need+=(iptables)
 have conntrack || need+=(conntrack)
 have openssl || need+=(openssl)
+have nsenter || need+=(util-linux)
 have gcc || need+=(gcc)
 [[ -f /usr/lib/x86_64-linux-gnu/libc.a ]] || need+=(libc6-dev)
 have go || { echo "install-host: Go is not installed (the cluster's components build with it)" >&2; exit 1; }

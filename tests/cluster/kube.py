@@ -68,9 +68,15 @@ def helm(*args: str, check: bool = True, timeout: float = 360) -> subprocess.Com
 
 
 def cluster(
-    command: str, check: bool = True, timeout: float = 600
+    *command: str, check: bool = True, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:
-    return run("python3", str(CLUSTER_PY), command, check=check, timeout=timeout)
+    return run("python3", str(CLUSTER_PY), *command, check=check, timeout=timeout)
+
+
+def node_fault(name: str, fault: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """A node fault of hack/cluster (crash, partition, heal, start, drain, uncordon,
+    preempt), as a user reproducing one would run it."""
+    return cluster("node", name, fault, *extra)
 
 
 def is_up() -> bool:
@@ -149,7 +155,7 @@ def kill_in_place(namespace: str, pod_name: str, sig: int = signal.SIGKILL) -> N
     item = kubectl_json("get", "pod", pod_name, "-n", namespace)
     container = item["status"]["containerStatuses"][0]["containerID"]
     task = container.split("://", 1)[1]
-    out = run("ctr", "--address", str(node.CONTAINERD_SOCK), "-n", "k8s.io", "tasks",
-              "ls").stdout  # fmt: skip
+    sock = node.node_named(item["spec"]["nodeName"]).containerd_sock
+    out = run("ctr", "--address", str(sock), "-n", "k8s.io", "tasks", "ls").stdout
     (pid,) = [int(line.split()[1]) for line in out.splitlines() if line.startswith(task)]
     os.kill(pid, sig)

@@ -22,7 +22,6 @@ from tests.cluster import kube
 
 JOB = "faults"
 SELECTOR = f"syncreplicas.io/job-name={JOB}"
-NODE = "syncreplicas-node"
 SNAPSHOT_EVERY = 10
 
 

@@ -71,7 +71,7 @@ def prometheus_config(rules: Path) -> dict[str, Any]:
     for config in configs:
         config.update({"scrape_interval": "1s", "scrape_timeout": "1s"})
         for sd in config["kubernetes_sd_configs"]:
-            sd["api_server"] = "https://10.244.0.1:6443"
+            sd["api_server"] = kube.node.APISERVER
             sd["tls_config"] = {"ca_file": str(PKI / "ca.crt"),
                                 "cert_file": str(PKI / "admin.crt"),
                                 "key_file": str(PKI / "admin.key")}  # fmt: skip

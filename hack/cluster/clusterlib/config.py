@@ -1,0 +1,162 @@
+"""Pinned versions, paths and addresses of the local cluster, and its table of nodes.
+
+The control plane (etcd, the API server, the controller manager, the scheduler, CoreDNS)
+runs on this machine's own network stack; each node is a network namespace of its own
+with its own containerd, kubelet and kube-proxy. They meet on one bridge:
+
+    host (control plane)  srj0  10.243.0.1/24  API server :6443, CoreDNS :53
+    node k                netns srj-node-k, eth0 10.243.0.(10+k), pods 10.244.k.0/24
+                          (bridge cni0 inside the namespace, gateway 10.244.k.1)
+
+Every node routes every other node's pod range to that node's address (host-gw style),
+and so does the host; services (10.96.0.0/16) are kube-proxy's on every node and on the
+host. Nothing of it listens on, or is forwarded to, the machine's real interfaces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+REPO = HERE.parent.parent
+
+
+def _versions() -> dict[str, str]:
+    pins = {}
+    for line in (HERE / "versions.env").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            pins[key.strip()] = value.strip()
+    return pins
+
+
+VERSIONS = _versions()
+CACHE = Path(
+    os.environ.get("SYNCREPLICAS_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "syncreplicas"
+)
+BIN = CACHE / f"kubernetes-{VERSIONS['KUBERNETES_VERSION']}" / "bin"
+ETCD = CACHE / f"etcd-{VERSIONS['ETCD_VERSION']}" / "bin" / "etcd"
+COREDNS = CACHE / f"coredns-{VERSIONS['COREDNS_VERSION']}" / "bin" / "coredns"
+RUN = Path(os.environ.get("SYNCREPLICAS_CLUSTER_DIR", "/tmp/syncreplicas-cluster"))
+KUBECONFIG_LINK = REPO / ".cluster" / "kubeconfig"
+PKI = RUN / "pki"
+
+# The node network: the control plane's address is the bridge's.
+BRIDGE = "srj0"
+NODE_NETWORK = "10.243.0.0/24"
+CONTROL_PLANE_IP = "10.243.0.1"
+CLUSTER_CIDR = "10.244.0.0/16"
+SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+APISERVER = f"https://{CONTROL_PLANE_IP}:6443"
+ETCD_CLIENT = "http://127.0.0.1:12379"
+ETCD_PEER = "http://127.0.0.1:12380"
+CLUSTER_DOMAIN = "cluster.local"
+# Chains of kube-proxy (KUBE-*) and of the CNI plugins (CNI-*), and our own, on the host.
+OWN_CHAIN = "SYNCREPLICAS-CLUSTER"
+CHAIN_PREFIXES = ("KUBE-", "CNI-", OWN_CHAIN)
+# Every node's cgroups (the kubelet's cgroupRoot, and the node's own daemons) live under
+# /<CGROUP_PREFIX><k> in each controller, so a node's processes are found by cgroup.
+CGROUP_PREFIX = "srj-node-"
+MAX_NODES = 50
+DEFAULT_NODES = 3
+
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                 "coredns", "kube-proxy")  # fmt: skip
+NODE_DAEMONS = ("containerd", "kubelet", "kube-proxy")
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node: a network namespace with its own containerd, kubelet and kube-proxy."""
+
+    index: int  # 1-based
+
+    @property
+    def name(self) -> str:
+        return f"syncreplicas-node-{self.index}"
+
+    @property
+    def netns(self) -> str:
+        return f"srj-node-{self.index}"
+
+    @property
+    def netns_path(self) -> Path:
+        return Path("/run/netns") / self.netns
+
+    @property
+    def veth(self) -> str:
+        """The host's end of the node's link to the bridge."""
+        return f"srjn{self.index}"
+
+    @property
+    def ip(self) -> str:
+        return f"10.243.0.{10 + self.index}"
+
+    @property
+    def pod_cidr(self) -> str:
+        return f"10.244.{self.index}.0/24"
+
+    @property
+    def pod_gateway(self) -> str:
+        return f"10.244.{self.index}.1"
+
+    @property
+    def cgroup(self) -> str:
+        return f"/{CGROUP_PREFIX}{self.index}"
+
+    @property
+    def dir(self) -> Path:
+        return RUN / "nodes" / self.name
+
+    @property
+    def containerd_root(self) -> Path:
+        """containerd's image store, kept between runs so that images load once."""
+        return CACHE / "containerd" / self.name
+
+    @property
+    def containerd_sock(self) -> Path:
+        return self.dir / "containerd" / "containerd.sock"
+
+    def daemon(self, name: str) -> str:
+        """The name of one of the node's processes (pid file and log)."""
+        return f"{self.name}.{name}"
+
+
+def node_named(name: str) -> Node:
+    prefix = "syncreplicas-node-"
+    if name.startswith(prefix) and name[len(prefix):].isdigit():
+        return Node(int(name[len(prefix):]))
+    if name.isdigit():
+        return Node(int(name))
+    raise ValueError(f"no such node: {name!r} (nodes are {prefix}1, {prefix}2, ...)")
+
+
+def nodes_file() -> Path:
+    return RUN / "nodes.json"
+
+
+def current_nodes() -> list[Node]:
+    """The nodes of the cluster that runs (or last ran) here."""
+    try:
+        return [Node(i) for i in json.loads(nodes_file().read_text())]
+    except (OSError, ValueError):
+        return []
+
+
+def save_nodes(nodes: list[Node]) -> None:
+    RUN.mkdir(parents=True, exist_ok=True)
+    nodes_file().write_text(json.dumps(sorted(n.index for n in nodes)))
+
+
+def wanted_count(arg: int | None) -> int:
+    """NODES (or --nodes) when given; else as many as run now; else DEFAULT_NODES."""
+    running = len(current_nodes())
+    count = arg if arg is not None else int(os.environ.get("NODES") or running or DEFAULT_NODES)
+    if not 1 <= count <= MAX_NODES:
+        raise ValueError(f"NODES must be in 1..{MAX_NODES}, got {count}")
+    return count

@@ -1,0 +1,216 @@
+"""Stopping the cluster so that nothing of it is left, and listing whatever is."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from . import network
+from . import node as nodes
+from .config import (
+    BIN,
+    BRIDGE,
+    CACHE,
+    CGROUP_PREFIX,
+    CHAIN_PREFIXES,
+    CONTROL_PLANE,
+    KUBECONFIG_LINK,
+    RUN,
+    SERVICE_CIDR,
+    Node,
+    current_nodes,
+)  # fmt: skip
+from .procs import ClusterError, kubectl, log, run, running_pid, stop, wait_for
+
+
+def remove_pods(healthy: list[Node]) -> None:
+    """Let the kubelets stop every pod, so that the CNI plugins release their addresses
+    (only the healthy nodes' pods can be waited for)."""
+    if running_pid("kube-apiserver") is None:
+        return
+    stop("kube-controller-manager")
+    stop("kube-scheduler")
+    kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=1", "--wait=false",
+            check=False)  # fmt: skip
+    with contextlib.suppress(ClusterError):
+        wait_for("the pods to stop", lambda: not any(nodes.tasks(n) for n in healthy), 90)
+
+
+def our_mounts() -> list[str]:
+    prefixes = (str(RUN) + "/", "/run/netns/cni-", "/var/run/netns/cni-", "/run/netns/srj-node-",
+                "/run/containerd/io.containerd", str(CACHE / "containerd") + "/")  # fmt: skip
+    mounts = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        target = line.split()[4].replace("\\040", " ")
+        if target.startswith(prefixes) or target == str(RUN):
+            mounts.append(target)
+    return mounts
+
+
+def in_node_cgroup(proc: Path) -> bool:
+    """A node's process or a container's (its cgroup is a node's, or a kubelet's
+    kubepods), whatever its executable is called inside its own root."""
+    try:
+        text = (proc / "cgroup").read_text()
+    except OSError:
+        return False
+    return f"/{CGROUP_PREFIX}" in text or "/kubepods" in text
+
+
+def our_processes() -> list[tuple[int, str]]:
+    names = {*CONTROL_PLANE, "containerd", "kubelet", "containerd-shim-runc-v2",
+             "containerd-shim", "pause"}  # fmt: skip
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            exe = os.readlink(proc / "exe")
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        base = Path(exe.split(" ")[0]).name
+        mentions_run = str(RUN).encode() in b" ".join(cmdline)
+        ours = base in names or base.startswith("containerd-shim")
+        if exe.startswith(str(CACHE)) or (ours and mentions_run) or in_node_cgroup(proc):
+            found.append((int(proc.name), exe))
+    return found
+
+
+def our_cgroups() -> list[Path]:
+    """The nodes' cgroup trees (and any kubelet's at the root), deepest first."""
+    found: list[Path] = []
+    for pattern in (f"*/{CGROUP_PREFIX}*", "*/kubepods"):
+        for top in Path("/sys/fs/cgroup").glob(pattern):
+            found += [p for p in top.rglob("*") if p.is_dir()] + [top]
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def our_chains() -> list[str]:
+    leftovers = []
+    for save in ("iptables-save", "ip6tables-save"):
+        if shutil.which(save) is None:
+            continue
+        for line in run(save, check=False).splitlines():
+            if any(prefix in line for prefix in CHAIN_PREFIXES):
+                leftovers.append(f"{save}: {line}")
+    return leftovers
+
+
+def our_interfaces() -> list[str]:
+    names = []
+    for line in run("ip", "-o", "link", "show").splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if name == BRIDGE or name.startswith("srjn") or (
+            name.startswith("veth") and f"master {BRIDGE}" in line
+        ):
+            names.append(name)
+    return names
+
+
+def our_netns() -> list[str]:
+    return sorted(p.name for p in Path("/run/netns").glob("srj-node-*"))
+
+
+def our_routes() -> list[str]:
+    found = [line for line in run("ip", "route", "show").splitlines()
+             if line.startswith((SERVICE_CIDR, "10.244."))]  # fmt: skip
+    return found
+
+
+def clean_iptables() -> None:
+    """Delete every rule that jumps to, and every chain named like, kube-proxy's, the CNI
+    plugins' or ours, in every table of the host (the nodes' go with their namespaces)."""
+    for save, binary in (("iptables-save", "iptables"), ("ip6tables-save", "ip6tables")):
+        if shutil.which(save) is None:
+            continue
+        table = ""
+        rules: list[tuple[str, str]] = []
+        chains: list[tuple[str, str]] = []
+        for line in run(save, check=False).splitlines():
+            if line.startswith("*"):
+                table = line[1:]
+            elif line.startswith(":"):
+                chain = line[1:].split()[0]
+                if chain.startswith(CHAIN_PREFIXES):
+                    chains.append((table, chain))
+            elif line.startswith("-A ") and any(p in line for p in CHAIN_PREFIXES):
+                rules.append((table, line))
+        for table, rule in rules:
+            chain = rule.split()[1]
+            if not chain.startswith(CHAIN_PREFIXES):
+                spec = rule.split()[2:]
+                run(binary, "-w", "-t", table, "-D", chain, *spec, check=False)
+        for table, chain in chains:
+            run(binary, "-w", "-t", table, "-F", chain, check=False)
+        for table, chain in chains:
+            run(binary, "-w", "-t", table, "-X", chain, check=False)
+
+
+def remove_node(node: Node, others: list[Node]) -> None:
+    """Stop one node and remove everything of it (its Node object is the caller's)."""
+    if nodes.daemons_running(node) and network.link_up(node):
+        nodes.stop_node(node)
+    nodes.kill_all(node)
+    nodes.forget_runtime_state(node)
+    network.remove_node(node, others)
+    nodes.remove_cgroups(node)
+    shutil.rmtree(node.dir, ignore_errors=True)
+
+
+def down() -> None:
+    started = time.monotonic()
+    if not RUN.exists() and not leftovers():
+        log("not running")
+        return
+    members = current_nodes() or [Node(i) for i in range(1, 51)
+                                  if Path(f"/run/netns/srj-node-{i}").exists()]  # fmt: skip
+    healthy = [n for n in members if nodes.daemons_running(n) and network.link_up(n)]
+    remove_pods(healthy)
+    for node in members:
+        remove_node(node, members)
+    for name in ("coredns", "kube-proxy", "kube-controller-manager", "kube-scheduler",
+                 "kube-apiserver", "etcd"):  # fmt: skip
+        stop(name)
+    # Shims and containers whose containerd is gone, and any process of a node.
+    for pid, _ in our_processes():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if (BIN / "kube-proxy").exists():
+        run(BIN / "kube-proxy", "--cleanup", check=False)
+    clean_iptables()
+    for target in sorted(our_mounts(), key=len, reverse=True):
+        run("umount", "-l", target, check=False)
+    for netns in Path("/run/netns").glob("cni-*"):
+        netns.unlink(missing_ok=True)
+    for name in our_netns():
+        run("ip", "netns", "delete", name, check=False)
+    for name in our_interfaces():
+        run("ip", "link", "delete", name, check=False)
+    for route in our_routes():
+        run("ip", "route", "del", route.split()[0], check=False)
+    network.remove_host()
+    for cgroup in our_cgroups():
+        with contextlib.suppress(OSError):
+            cgroup.rmdir()
+    network.restore_sysctls()
+    shutil.rmtree(RUN, ignore_errors=True)
+    KUBECONFIG_LINK.unlink(missing_ok=True)
+    log(f"down in {time.monotonic() - started:.0f} s")
+
+
+def leftovers() -> list[str]:
+    found = [f"process {pid} {exe}" for pid, exe in our_processes()]
+    found += [f"mount {m}" for m in our_mounts()]
+    found += [f"iptables {c}" for c in our_chains()]
+    found += [f"interface {i}" for i in our_interfaces()]
+    found += [f"network namespace {n}" for n in our_netns()]
+    found += [f"cgroup {c}" for c in our_cgroups()]
+    found += [f"route {r}" for r in our_routes()]
+    if RUN.exists():
+        found.append(f"directory {RUN}")
+    return found
