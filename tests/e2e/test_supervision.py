@@ -4,14 +4,18 @@ Each replica is a short Python process that follows a script of exit codes (one 
 incarnation) and otherwise behaves like the runtime at the end of a job: the chief
 finishes after a moment, the others exit 0 once the chief is done. This isolates what the
 runner decides (restart, RestartJob, fail, stall) from TensorFlow's start-up time; the
-whole path with the real runtime is in test_run.py.
+whole path with the real runtime is in test_run.py. Each start also records the
+``SYNCREPLICAS_INCARNATION`` it was given, so the tests see what the processes received.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import json
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,8 @@ shared = pathlib.Path(os.environ["SUPERVISION_DIR"])
 starts = shared / f"{name}.starts"
 n = int(starts.read_text()) if starts.exists() else 0
 starts.write_text(str(n + 1))
+with open(shared / f"{name}.incarnations", "a") as seen:
+    seen.write(os.environ["SYNCREPLICAS_INCARNATION"] + "\n")
 script = json.loads(os.environ["SUPERVISION_SCRIPT"]).get(name, [])
 if n < len(script) and script[n] is not None:
     time.sleep(0.5)
@@ -59,8 +65,8 @@ def job(workers: int, r: int, **spec: Any) -> Any:
     })
 
 
-def supervise(tmp_path: Path, parsed: Any, script: dict[str, list[int | None]]) -> tuple[
-        int, dict[str, Any], str]:
+def supervise(tmp_path: Path, parsed: Any, script: dict[str, list[int | None]],
+              clock_ms: Callable[[], int] | None = None) -> tuple[int, dict[str, Any], str]:
     shared = tmp_path / "shared"
     shared.mkdir()
     names = [f"ps-{i}" for i in range(parsed.spec.parameter_servers)] + ["chief-0"] + [
@@ -87,6 +93,8 @@ def supervise(tmp_path: Path, parsed: Any, script: dict[str, list[int | None]]) 
     out = io.StringIO()
     runner = LocalRunner(parsed, processes, workdir=tmp_path / "work", plain=True,
                          report_dir=tmp_path / "report", stream=out)
+    if clock_ms is not None:
+        runner.replicas.clock_ms = clock_ms
     code = runner.run()
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     return code, summary, out.getvalue()
@@ -144,3 +152,58 @@ def test_backoff_limit_is_spent_across_replicas(tmp_path: Path) -> None:
     assert code == 1
     assert summary["exit_codes"]["chief-0"] == [1, 1, 1]
     assert summary["restarts"]["chief-0"] == 2
+
+
+# --- incarnations ------------------------------------------------------------------------
+
+
+def incarnations(tmp_path: Path) -> dict[str, list[int]]:
+    """Per replica, the SYNCREPLICAS_INCARNATION each of its processes was started with."""
+    return {
+        path.name.removesuffix(".incarnations"): [int(x) for x in path.read_text().split()]
+        for path in sorted((tmp_path / "shared").glob("*.incarnations"))
+    }
+
+
+def logged_incarnations(tmp_path: Path) -> dict[str, list[int]]:
+    """The same, as the runner wrote them at the start of each process in its log."""
+    return {
+        path.stem: [int(x) for x in re.findall(r"^--- syncreplicas run: start of .*"
+                                               r"incarnation (\d+)\) ---$",
+                                               path.read_text(), re.MULTILINE)]
+        for path in sorted((tmp_path / "work" / "logs").glob("*.log"))
+    }
+
+
+def increasing(values: list[int]) -> bool:
+    return all(a < b for a, b in itertools.pairwise(values))
+
+
+def test_a_restarted_replica_gets_a_larger_incarnation(tmp_path: Path) -> None:
+    code, _, out = supervise(tmp_path, job(2, 2), {"worker-1": [1]})
+    assert code == 0, out
+    seen = incarnations(tmp_path)
+    assert {name: len(values) for name, values in seen.items()} == {
+        "ps-0": 1, "chief-0": 1, "worker-0": 1, "worker-1": 2}
+    assert increasing(seen["worker-1"]), seen
+    # The restart came a second later: the wall clock in ms, not merely one more.
+    assert seen["worker-1"][1] - seen["worker-1"][0] >= 1000, seen
+    assert logged_incarnations(tmp_path) == seen
+
+
+def test_restart_job_gives_every_replica_a_larger_incarnation(tmp_path: Path) -> None:
+    code, _, out = supervise(tmp_path, job(1, 2, chiefRestartPolicy="RestartJob"),
+                             {"chief-0": [75]})
+    assert code == 0, out
+    seen = incarnations(tmp_path)
+    assert sorted(seen) == ["chief-0", "ps-0", "worker-0"]
+    assert all(len(values) == 2 and increasing(values) for values in seen.values()), seen
+
+
+def test_a_clock_that_stands_still_still_gives_larger_incarnations(tmp_path: Path) -> None:
+    """Never lower than one above the replica's last, whatever the wall clock says."""
+    code, _, out = supervise(tmp_path, job(1, 2), {"worker-0": [1]}, clock_ms=lambda: 1000)
+    assert code == 0, out
+    seen = incarnations(tmp_path)
+    assert seen["worker-0"] == [1000, 1001]
+    assert seen["chief-0"] == seen["ps-0"] == [1000]

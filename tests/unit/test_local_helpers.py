@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from syncreplicas_operator.local.cli import free_ports
-from syncreplicas_operator.local.runner import describe_exit
+from syncreplicas_operator.local.replicas import describe_exit
 from syncreplicas_operator.local.workdir import checkpoint_step, final_eval_from_log
 
 

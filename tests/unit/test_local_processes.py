@@ -10,8 +10,11 @@ from syncreplicas_operator.core import naming
 from syncreplicas_operator.local.processes import (
     ENV_TERMINATION_LOG,
     LocalPlanError,
+    next_incarnation,
     plan_local_processes,
+    spawn_env,
 )
+from syncreplicas_runtime.cluster import INCARNATION_ENV
 from syncreplicas_runtime.exitcodes import TERMINATION_LOG_ENV
 
 CLUSTER = {
@@ -141,3 +144,63 @@ def test_a_cluster_member_without_a_pod_is_an_error():
     with pytest.raises(LocalPlanError, match="lists ps-0, which has no Pod"):
         plan_local_processes([pod("chief", 0)], tf_ports=ports, metrics_ports=ports,
                              checkpoint_dir="/c", python="p")
+
+
+# --- incarnations: one per start of a process ----------------------------------------------
+
+NOW = 1_750_000_000_000  # a wall clock in milliseconds
+
+
+@pytest.mark.parametrize(
+    ("now_ms", "last", "incarnation"),
+    [
+        (NOW, None, NOW),  # the first start: the clock
+        (NOW, NOW - 5_000, NOW),  # a restart later on: the clock again
+        (NOW, NOW, NOW + 1),  # started again within the same millisecond
+        (NOW, NOW + 60_000, NOW + 60_001),  # the clock stepped back: still above the last
+        (NOW - 1, NOW, NOW + 1),
+        (0, None, 1),  # never 0 (the runtime's "not told")
+        (-5, None, 1),
+        (0, 7, 8),
+    ],
+)
+def test_next_incarnation(now_ms: int, last: int | None, incarnation: int):
+    assert next_incarnation(now_ms, last) == incarnation
+
+
+def test_every_restart_of_a_replica_outranks_the_last_whatever_the_clock():
+    clock = [NOW, NOW, NOW - 10_000, NOW + 3, NOW + 3, NOW + 2_000]
+    given: list[int] = []
+    for now_ms in clock:
+        given.append(next_incarnation(now_ms, given[-1] if given else None))
+    assert given == [NOW, NOW + 1, NOW + 2, NOW + 3, NOW + 4, NOW + 2_000]
+
+
+@pytest.mark.parametrize(
+    ("inherited", "template_env", "expected"),
+    [
+        # The incarnation of this start wins over the caller's and the template's.
+        ({}, [], {"TF_CPP_MIN_LOG_LEVEL": "2"}),
+        ({INCARNATION_ENV: "1"}, [], {"TF_CPP_MIN_LOG_LEVEL": "2"}),
+        ({}, [{"name": INCARNATION_ENV, "value": "9"}], {}),
+        # The caller's environment goes under the Pod's.
+        ({"HOME": "/h", "GREETING": "caller"}, [], {"HOME": "/h", "GREETING": "pod j-chief-0"}),
+        ({"TF_CPP_MIN_LOG_LEVEL": "0"}, [], {"TF_CPP_MIN_LOG_LEVEL": "0"}),
+        ({}, [{"name": "TF_CPP_MIN_LOG_LEVEL", "value": "1"}], {"TF_CPP_MIN_LOG_LEVEL": "1"}),
+        ({"PYTHONUNBUFFERED": "0"}, [], {"PYTHONUNBUFFERED": "1"}),
+    ],
+)
+def test_spawn_env(inherited: dict[str, str], template_env: list[dict[str, str]],
+                   expected: dict[str, str]):
+    p = pod("chief", 0)
+    p["spec"]["containers"][0]["env"].extend(template_env)
+    (chief,) = plan([p])
+    env = spawn_env(chief, inherited, NOW + 42)
+    assert env[INCARNATION_ENV] == str(NOW + 42)
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert {k: env[k] for k in expected} == expected
+    assert env["TF_CONFIG"] == chief.env["TF_CONFIG"]
+
+
+def test_the_incarnation_variable_is_the_runtimes():
+    assert naming.ENV_INCARNATION == INCARNATION_ENV

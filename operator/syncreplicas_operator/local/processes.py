@@ -13,6 +13,10 @@ differs on one machine, so a job runs the same locally and on a cluster:
   the runner's environment and machine, and must not write a path a template or the
   caller's environment names, nor the runner's own ``/dev/termination-log`` in a pod;
 - a ``python``/``python3`` command runs under the runner's own interpreter.
+
+Each start of a process gets its environment from :func:`spawn_env`: the runner's own
+environment under the Pod's, and the incarnation of that start (``SYNCREPLICAS_INCARNATION``,
+from :func:`next_incarnation`), as the operator gives each pod it creates.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ..core import naming
 
@@ -32,6 +36,8 @@ _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 # syncreplicas_runtime.exitcodes.TERMINATION_LOG_ENV (the operator does not import the
 # runtime; tests/unit/test_local_processes.py checks they agree). "" turns the file off.
 ENV_TERMINATION_LOG = "SYNCREPLICAS_TERMINATION_LOG"
+# The runtime's default, unless the caller's environment or the Pod says otherwise.
+TF_LOG_LEVEL: Final = ("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 class LocalPlanError(ValueError):
@@ -60,6 +66,25 @@ class LocalProcess:
             "tfPort": self.tf_port,
             "metricsPort": self.metrics_port,
         }
+
+
+def next_incarnation(now_ms: int, last: int | None) -> int:
+    """The incarnation of a replica's next process: the wall clock in milliseconds, and
+    never lower than one above the last this replica was given, so the runtime (PS 0)
+    fences the older process even if the clock stepped back. (A positive int64, as the
+    runtime requires, for the next 292 million years.)"""
+    return max(now_ms, 1 if last is None else last + 1)
+
+
+def spawn_env(
+    process: LocalProcess, inherited: Mapping[str, str], incarnation: int
+) -> dict[str, str]:
+    """The environment of one start of ``process``: ``inherited`` (the runner's own)
+    under the Pod's, unbuffered output, and this start's incarnation over both."""
+    env = {**inherited, "PYTHONUNBUFFERED": "1", **process.env}
+    env.setdefault(*TF_LOG_LEVEL)
+    env[naming.ENV_INCARNATION] = str(incarnation)
+    return env
 
 
 def replica_of(pod: Mapping[str, Any]) -> tuple[str, int]:
