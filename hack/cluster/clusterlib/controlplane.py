@@ -25,7 +25,7 @@ from .config import (
     SERVICE_CIDR,
 )  # fmt: skip
 from .pki import kubeconfig
-from .procs import http_ok, kubectl, start, wait_for
+from .procs import http_ok, kubectl, start, wait_for, write_config
 
 CONTROL_PLANE_NODE_NAME = "syncreplicas-control-plane"
 
@@ -113,10 +113,10 @@ def kube_proxy_config(hostname: str, address: str) -> str:
 
 
 def write_configs() -> None:
-    (RUN / "Corefile").write_text(corefile())
-    (RUN / "audit-policy.yaml").write_text(AUDIT_POLICY)
+    write_config(RUN / "Corefile", corefile())
+    write_config(RUN / "audit-policy.yaml", AUDIT_POLICY)
     proxy = kube_proxy_config(CONTROL_PLANE_NODE_NAME, CONTROL_PLANE_IP)
-    (RUN / "kube-proxy.yaml").write_text(proxy)
+    write_config(RUN / "kube-proxy.yaml", proxy)
 
 
 def start_control_plane() -> None:

@@ -34,6 +34,7 @@ from .procs import (
     start,
     stop,
     wait_for,
+    write_config,
 )  # fmt: skip
 
 
@@ -157,11 +158,11 @@ def write_configs(node: Node) -> None:
         (node.dir / sub).mkdir(parents=True, exist_ok=True)
     make_node_pki(node)
     write_kubeconfig(kubeconfig(node.name), node.name)
-    (node.dir / "containerd" / "config.toml").write_text(containerd_config(node))
-    (node.dir / "cni" / "10-syncreplicas.conflist").write_text(cni_config(node))
-    (node.dir / "kubelet.yaml").write_text(kubelet_config(node))
-    (node.dir / "kube-proxy.yaml").write_text(kube_proxy_config(node.name, node.ip))
-    (node.dir / "resolv.conf").write_text("")
+    write_config(node.dir / "containerd" / "config.toml", containerd_config(node))
+    write_config(node.dir / "cni" / "10-syncreplicas.conflist", cni_config(node))
+    write_config(node.dir / "kubelet.yaml", kubelet_config(node))
+    write_config(node.dir / "kube-proxy.yaml", kube_proxy_config(node.name, node.ip))
+    write_config(node.dir / "resolv.conf", "")
 
 
 def node_object(node: Node) -> dict[str, object]:
@@ -251,9 +252,12 @@ def cgroup_pids(node: Node) -> set[int]:
         top = root / node.cgroup.strip("/")
         if not top.exists():
             continue
-        for procs in top.rglob("cgroup.procs"):
-            with contextlib.suppress(OSError, ValueError):
-                pids |= {int(p) for p in procs.read_text().split()}
+        # os.walk, not rglob: cgroups of exiting containers vanish while it walks.
+        for directory, _, files in os.walk(top):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError, ValueError):
+                    text = (Path(directory) / "cgroup.procs").read_text()
+                    pids |= {int(p) for p in text.split()}
     return pids
 
 

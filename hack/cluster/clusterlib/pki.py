@@ -16,7 +16,7 @@ from .config import (
     RUN,
     Node,
 )
-from .procs import run
+from .procs import run, write_config
 
 
 def _openssl(*args: str | Path) -> None:
@@ -124,7 +124,7 @@ def write_kubeconfig(path: Path, user: str, server: str = APISERVER) -> None:
         "current-context": "syncreplicas",
     }
     # JSON is YAML: every component reads it.
-    path.write_text(json.dumps(config, indent=2) + "\n")
+    write_config(path, json.dumps(config, indent=2) + "\n")
 
 
 def kubeconfig(user: str) -> Path:

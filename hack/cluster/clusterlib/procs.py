@@ -69,6 +69,13 @@ def http_ok(url: str) -> bool:
         return bool(response.status == 200)
 
 
+def write_config(path: Path, text: str) -> None:
+    """Write a configuration file only when its content changes: kube-proxy exits when
+    the file it was started with is written to, even with the same content."""
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
 def pid_file(name: str) -> Path:
     return RUN / "pids" / f"{name}.pid"
 
