@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -397,6 +399,15 @@ def test_chaos_kills_the_chief_twice_and_the_run_still_finishes(tmp_path: Path) 
     assert summary["final_global_step"] >= 240
     assert all(k["resumed"] for k in kills), summary["chaos"]
     assert "chaos: SIGKILL chief-0" in result.stdout
+    # Each start of the chief had a larger incarnation than the last (the runner's own
+    # record in its log), and PS 0 fenced none of them out: no process exited FENCED (77).
+    chief_log = (workdir / "logs" / "chief-0.log").read_text()
+    incarnations = [int(x) for x in re.findall(
+        r"^--- syncreplicas run: start of chief-0 .*incarnation (\d+)\) ---$", chief_log,
+        re.MULTILINE)]
+    assert len(incarnations) == len(chief_exits), incarnations
+    assert all(a < b for a, b in itertools.pairwise(incarnations)), incarnations
+    assert not any(77 in codes for codes in summary["exit_codes"].values()), summary
     assert_no_process_left(workdir)
 
 
