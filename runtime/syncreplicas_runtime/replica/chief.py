@@ -27,7 +27,7 @@ from ..process.exits import Exit
 from ..process.sessions import close_quietly, open_session
 from ..state.checkpoints import restore_or_initialize, save_checkpoint
 from ..state.snapshots import SnapshotStore, Snapshotter
-from ..sync.fencing import superseded_by
+from ..sync.fencing import stand_down_if_superseded, superseded_by
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, unconfirmed
 from .steploop import EpochEnded, StepLoop, wait_for_phase
 from .worker import LinkFailures, reach_ps, wait_for_epoch
@@ -61,6 +61,7 @@ def run_chief(ctx: Context) -> int:
         except EpochEnded as why:  # "done": PS 0 ended training after an earlier last checkpoint
             result = "training ended" if str(why) == "done" else str(why)
         except PEER_ERRORS as err:
+            stand_down_if_superseded(ctx)
             protocol.reopen()
             result = f"lost a peer ({type(err).__name__})"
             link_failed = True

@@ -16,7 +16,7 @@ from ..phases import Phase, ReplicaPhase
 from ..process.context import Context, start_watchdog
 from ..process.exits import Exit
 from ..process.sessions import close_quietly, open_session
-from ..sync.fencing import start_fence_watch
+from ..sync.fencing import stand_down_if_superseded, start_fence_watch
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, SyncState
 from .steploop import EpochEnded, Leaving, StepLoop, check_leaving, wait_for_phase
 
@@ -107,6 +107,7 @@ def train_worker(ctx: Context) -> int:
         except EpochEnded as why:
             result, left = str(why), epoch
         except PEER_ERRORS as err:
+            stand_down_if_superseded(ctx)
             protocol.reopen()
             left = links.epoch_to_skip(protocol, epoch, joined)
             result = f"lost a peer ({type(err).__name__})"

@@ -19,6 +19,17 @@ The check passes while ``owner[slot] <= mine``: equal after this process's claim
 only when PS 0 restarted and lost the table (then every run of the old epoch fails on the
 lost PS anyway, and the replica claims again as it joins the next epoch).
 
+**Asking PS 0 without a session of one's own.** TensorFlow fences masters by itself, in a
+way that cannot be used here: when a master task (``/job:worker/task:0``) creates a session
+on a PS with a different incarnation of its devices than the sessions it made before, the
+PS deletes those older sessions. A replacement's first session therefore ends every session
+of the old process (its runs fail, Aborted), and, the other way round, an old process that
+wakes up and opens a session again would end every session of its replacement. So an old
+process must learn that it is superseded without opening a session under its own name:
+:class:`FenceReader` reads the owner table through PS 0's own master (a session whose target
+is PS 0), and a replica checks it before it opens any session again (``SyncProtocol.reopen``)
+and after any failed run.
+
 A process blocked in a run that never returns (its token taken by nobody, its peer gone)
 would never reach the check: :func:`start_fence_watch` reads ``owner[slot]`` once a second
 while the replica makes no progress, so an old process that can reach PS 0 again exits
@@ -113,6 +124,44 @@ def fenced(cfg: ClusterConfig, owner: int) -> Exit:
     """The exit of a process superseded by ``owner`` (FENCED: never restarted)."""
     return Exit(exitcodes.FENCED, exitcodes.fenced_reason(cfg.replica_id, cfg.incarnation,
                                                           owner))
+
+
+class FenceReader:
+    """Reads ``owner[slot]`` through PS 0's master (see the module's docstring: a session
+    under this replica's own name would end its replacement's sessions). Thread-safe."""
+
+    def __init__(self, cfg: ClusterConfig) -> None:
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            self.held = owner_table(cfg.total_replicas).sparse_read(cfg.replica_id)
+        self._target = f"grpc://{cfg.ps_addresses[0]}"
+        self._config = v1.ConfigProto(device_filters=[SYNC_STATE_DEVICE])
+        self._session: Any = None
+        self._lock = threading.Lock()
+
+    def read(self, timeout: float = 2.0) -> int:
+        """``owner[slot]``; an OpError while PS 0 cannot be reached."""
+        with self._lock:
+            if self._session is None:
+                self._session = v1.Session(self._target, graph=self.graph,
+                                           config=self._config)
+            try:
+                return int(self._session.run(self.held, options=v1.RunOptions(
+                    timeout_in_ms=int(timeout * 1000))))
+            except (tf.errors.OpError, UnicodeDecodeError) as err:
+                old, self._session = self._session, None  # a new one next time
+                threading.Thread(target=old.close, daemon=True).start()
+                if isinstance(err, UnicodeDecodeError):
+                    raise tf.errors.AbortedError(None, None, str(err)) from err
+                raise
+
+
+def stand_down_if_superseded(ctx: Context) -> None:
+    """After a failed run, before anything else (a new session announces this process to
+    the PS again, which disturbs the replacement's runs): Exit FENCED if superseded."""
+    owner = ctx.superseded() if ctx.superseded is not None else None
+    if owner is not None:
+        raise fenced(ctx.cfg, owner)
 
 
 def merge_owners(sess: Any, fence: FenceOps, owners: np.ndarray) -> None:

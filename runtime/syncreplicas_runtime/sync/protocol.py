@@ -32,7 +32,7 @@ from ..cluster import ClusterConfig
 from ..phases import Phase
 from ..process.sessions import session_config
 from . import names
-from .fencing import FenceOps, build_fence, fenced, owner_table
+from .fencing import FenceOps, FenceReader, build_fence, fenced, owner_table
 
 v1 = tf.compat.v1
 
@@ -145,17 +145,32 @@ class SyncProtocol:
                     self._probes.append(tf.timestamp())
             self._ps_done = [ps_done_queue(j).enqueue(1) for j in range(cfg.parameter_servers)]
         self._target = target
+        self._fence_reader = FenceReader(cfg) if self.fence is not None else None
         self.session = v1.Session(target, graph=self.graph, config=self._config)
 
     def reopen(self) -> None:
-        """A new session after a PS restart (the old one's graphs died with the PS)."""
+        """A new session after a PS restart (the old one's graphs died with the PS). A
+        replica first makes sure no newer incarnation holds its slot: a session under its
+        name would end the newer one's sessions (sync/fencing.py); Exit FENCED if one does."""
+        if self._fence_reader is not None:
+            try:
+                owner = self._fence_reader.read()
+            except tf.errors.OpError:
+                owner = 0  # PS 0 out of reach: nobody to disturb there
+            if owner > self.cfg.incarnation:
+                raise fenced(self.cfg, owner)
         old = self.session
         self.session = v1.Session(self._target, graph=self.graph, config=self._config)
         threading.Thread(target=old.close, daemon=True).start()
 
     def run(self, fetches: Any, feed: dict[Any, Any] | None = None, timeout: float = 10.0) -> Any:
         opts = v1.RunOptions(timeout_in_ms=int(timeout * 1000))
-        return self.session.run(fetches, feed_dict=feed, options=opts)
+        try:
+            return self.session.run(fetches, feed_dict=feed, options=opts)
+        except UnicodeDecodeError as err:
+            # Seen when an older process of a peer's identity talked to the PS meanwhile
+            # (sync/fencing.py): TensorFlow's error message was not UTF-8. A failed run.
+            raise tf.errors.AbortedError(None, None, f"a run failed: {err}") from err
 
     def close(self) -> None:
         self.session.close()
@@ -214,8 +229,8 @@ class SyncProtocol:
 
     def owner(self) -> int:
         """The incarnation that holds this replica's slot (the owner table on PS 0)."""
-        assert self.fence is not None
-        return int(self.run(self.fence.held, timeout=2.0))
+        assert self._fence_reader is not None
+        return self._fence_reader.read()
 
     # -- writes -------------------------------------------------------------------
     def claim(self) -> None:
