@@ -78,10 +78,12 @@ async def test_pods_tolerate_a_failed_node_briefly_and_spread(shared_cluster: Cl
             naming.TAINT_UNREACHABLE: placement.TOLERATION_SECONDS,
             naming.TAINT_NOT_READY: placement.TOLERATION_SECONDS,
         }
-    ps = [
-        tsc["labelSelector"]["matchLabels"] for tsc in pods["pl-ps-0"]["topologySpreadConstraints"]
+    (apart,) = pods["pl-ps-0"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
     ]
-    assert {naming.LABEL_JOB_NAME: "pl", naming.LABEL_REPLICA_TYPE: "ps"} in ps
+    assert apart["podAffinityTerm"]["labelSelector"]["matchLabels"] == {
+        naming.LABEL_JOB_NAME: "pl", naming.LABEL_REPLICA_TYPE: "ps"}
+    assert apart["podAffinityTerm"]["topologyKey"] == naming.LABEL_HOSTNAME
     for spec in pods.values():
         assert all(
             t["topologyKey"] == naming.LABEL_HOSTNAME and t["whenUnsatisfiable"] == "ScheduleAnyway"

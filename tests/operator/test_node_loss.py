@@ -168,7 +168,8 @@ async def test_the_replicas_of_a_lost_node_are_replaced_at_once(cluster: Cluster
             env = {e["name"]: e["value"] for e in body["spec"]["containers"][0]["env"]}
             assert env[naming.ENV_INCARNATION] == str(second)
             if how == "deleted":
-                assert "affinity" not in body["spec"]  # no node to schedule to
+                # No node to keep it off (the deleted node is gone).
+                assert "nodeAffinity" not in body["spec"].get("affinity", {})
                 continue
             terms = body["spec"]["affinity"]["nodeAffinity"][
                 "requiredDuringSchedulingIgnoredDuringExecution"

@@ -77,7 +77,9 @@ def test_tolerations(template: dict[str, Any] | None, tolerations: list[dict[str
 @pytest.mark.parametrize(
     ("replica_type", "template", "constraints", "affinity"),
     [
-        ("ps", None, [spread(PS), spread(JOB)], None),
+        ("ps", None, [spread(JOB)], {"podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+                "labelSelector": {"matchLabels": PS}, "topologyKey": naming.LABEL_HOSTNAME}}]}}),
         ("worker", None, [spread(JOB)], None),
         ("chief", None, [spread(JOB)], None),
         # The template's own placement wins: nothing of ours is added.

@@ -5,8 +5,9 @@ default spreading, and nodes to avoid. Pure; edits the pod spec ``build_pod`` bu
   :data:`TOLERATION_SECONDS` instead of the 300 s Kubernetes adds by default, so that even
   without the operator's own node handling a lost node's pods are evicted in half a minute.
   A toleration the template sets for either key is kept instead.
-- Spreading (``kubernetes.io/hostname``, ``ScheduleAnyway``): the parameter servers on
-  different nodes, and the job's pods spread over nodes, where nodes allow; a one-node
+- Spreading (``kubernetes.io/hostname``, ``ScheduleAnyway``): the job's pods spread over
+  nodes, and the parameter servers on different nodes (a preferred pod anti-affinity),
+  where nodes allow; a one-node
   cluster still schedules everything. One node lost then costs one PS at most. A template
   that sets its own ``topologySpreadConstraints`` or pod (anti-)affinity keeps them and
   gets none of these.
@@ -54,12 +55,26 @@ def add_spreading(pod_spec: Manifest, job: str, replica_type: str) -> None:
         affinity.get(kind) for kind in ("podAffinity", "podAntiAffinity")
     ):
         return
-    constraints: list[Manifest] = []
+    pod_spec["topologySpreadConstraints"] = [_spread(naming.job_labels(job))]
     if replica_type == naming.PS:
+        # The API server refuses two spread constraints of one topologyKey and
+        # whenUnsatisfiable: the parameter servers keep apart by a preferred anti-affinity.
         ps = {**naming.job_labels(job), naming.LABEL_REPLICA_TYPE: naming.PS}
-        constraints.append(_spread(ps))
-    constraints.append(_spread(naming.job_labels(job)))
-    pod_spec["topologySpreadConstraints"] = constraints
+        pod_spec["affinity"] = {**affinity, "podAntiAffinity": _apart(ps)}
+
+
+def _apart(labels: dict[str, str]) -> Manifest:
+    return {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 100,
+                "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": labels},
+                    "topologyKey": naming.LABEL_HOSTNAME,
+                },
+            }
+        ]
+    }
 
 
 def _spread(labels: dict[str, str]) -> Manifest:
