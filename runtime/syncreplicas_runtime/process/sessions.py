@@ -18,8 +18,17 @@ v1 = tf.compat.v1
 # dials the old one gets no answer at all (the address is gone): gRPC gives up a connect
 # after its minimum connect timeout (20 s by default) and only then resolves the name again.
 # 2 s and re-resolution at most once a second bring the PS to the new pod within seconds.
+# A peer whose node is lost or cut off answers nothing on a connection that is already up:
+# a request sent there would wait for TCP to give up (about 15 minutes). A keepalive time
+# makes gRPC set TCP_USER_TIMEOUT to the keepalive timeout on every socket, so a request
+# unacknowledged for 5 s ends the connection and the name is resolved again; the pings
+# themselves come once in 5 minutes, the least a TensorFlow server (gRPC's defaults)
+# accepts without counting a strike.
 GRPC_OPTIONS_ENV = "TF_GRPC_DEFAULT_OPTIONS"
-GRPC_OPTIONS = "grpc.min_reconnect_backoff_ms=2000,grpc.dns_min_time_between_resolutions_ms=1000"
+GRPC_OPTIONS = (
+    "grpc.min_reconnect_backoff_ms=2000,grpc.dns_min_time_between_resolutions_ms=1000,"
+    "grpc.keepalive_time_ms=300000,grpc.keepalive_timeout_ms=5000"
+)
 
 
 def cluster_spec(cfg: ClusterConfig) -> Any:
