@@ -184,12 +184,16 @@ def start_node(node: Node, others: list[Node]) -> None:
     make_cgroup(node.cgroup)
     write_configs(node)
     node.containerd_root.mkdir(parents=True, exist_ok=True)
-    ns, cg = node.netns, node.cgroup
     start(node.daemon("containerd"),
           ["containerd", "--config", node.dir / "containerd" / "config.toml"],
-          netns=ns, cgroup=cg)  # fmt: skip
+          netns=node.netns, cgroup=node.cgroup)  # fmt: skip
     wait_for(f"{node.name}'s containerd", node.containerd_sock.exists, 30,
              node.daemon("containerd"))  # fmt: skip
+    start_agents(node)
+
+
+def start_agents(node: Node) -> None:
+    """The kubelet and kube-proxy, when they do not run."""
     start(node.daemon("kubelet"), [
         BIN / "kubelet",
         "--config", node.dir / "kubelet.yaml",
@@ -198,14 +202,24 @@ def start_node(node: Node, others: list[Node]) -> None:
         "--hostname-override", node.name,
         "--node-ip", node.ip,
         "--v", "1",
-    ], netns=ns, cgroup=cg)  # fmt: skip
+    ], netns=node.netns, cgroup=node.cgroup)  # fmt: skip
     start(node.daemon("kube-proxy"),
           [BIN / "kube-proxy", "--config", node.dir / "kube-proxy.yaml", "--v", "1"],
-          netns=ns, cgroup=cg)  # fmt: skip
+          netns=node.netns, cgroup=node.cgroup)  # fmt: skip
 
 
 def wait_ready(node: Node, timeout: float = 120) -> None:
-    wait_for(node.name, lambda: ready(node), timeout, node.daemon("kubelet"))
+    """Wait for the node to be Ready, starting its kubelet and kube-proxy again whenever
+    they exit, as a node's service manager does (a kubelet that finds containerd still
+    recovering after a crash exits: "server is not initialized yet")."""
+
+    def up() -> bool:
+        if running_pid(node.daemon("containerd")) is None:
+            raise ClusterError(f"{node.name}'s containerd exited")
+        start_agents(node)
+        return ready(node)
+
+    wait_for(node.name, up, timeout, node.daemon("containerd"))
     # The pod range the node's CNI configuration uses, on the Node object too (what a
     # NetworkPolicy implementation and `kubectl describe node` read).
     if not node_object(node)["spec"].get("podCIDR"):  # type: ignore[attr-defined]
