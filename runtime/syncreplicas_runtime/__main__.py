@@ -111,6 +111,9 @@ def main() -> int:
         return fail(code, f"{cfg.role} returned exit code {code}", seen_step(metrics))
     if ctx.left:
         step = seen_step(metrics)
+        if not cfg.elastic:  # stopped, not scaled down: its pod is replaced (143 says so)
+            return fail(128 + signal.SIGTERM, f"stopped by SIGTERM after leaving the job at "
+                        f"global step {step}", step)
         return report_exit(OK, f"left the job at global step {step} (scaled down)", step)
     return succeed(seen_step(metrics))
 

@@ -39,6 +39,7 @@ from ..process.context import Context
 from ..process.exits import Exit
 from ..process.sessions import cluster_spec
 from ..sync.fencing import FenceOps, build_fence, owner_table
+from ..sync.handover import request_variable
 from ..sync.names import (
     AGGREGATE_VARIABLE,
     CHIEF_STARTS_VARIABLE,
@@ -134,7 +135,7 @@ class ElasticOps:
     init: Any            # R = replicasToAggregate, every heartbeat = now (PS 0 clock)
     set_r: Any           # assign ``r_value`` to the R variable
     r_value: Any
-    read: dict[str, Any]           # counts per accumulator, R, heartbeats, now
+    read: dict[str, Any]           # counts per accumulator, R, heartbeats, now, hold
     wait_and_read: dict[str, Any]  # the same after at least one push (drains the queue)
     updated_at: Any      # PS 0 time right after the update (run with sync_op)
     leave: Any           # replica: silent from now on (heartbeat 0), and wake the loop
@@ -337,12 +338,15 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                                                read_value=False),
                             handed_out.assign(-1, read_value=False))
 
+            handover = request_variable(cfg.parameter_servers)  # sync/handover.py
+
             def read_state() -> dict[str, Any]:
                 # Built here, under the caller's control dependencies: counts read before
                 # the wait for a push would be stale, and the loop would wait for the next.
                 return {"counts": accumulated(), "r": aggregate.read_value(),
                         "beats": heartbeat.read_value(), "now": tf.timestamp(),
-                        "global_step": global_step.read_value()}
+                        "global_step": global_step.read_value(),
+                        "hold": tf.reduce_max(handover.read_value())}
 
             read = read_state()
             first = pushes.dequeue()

@@ -45,6 +45,7 @@ from ..phases import Phase
 from ..process.context import Context
 from ..process.exits import Exit
 from ..process.sessions import close_quietly, coordinator_session_config, open_session
+from ..sync.handover import HOLD_LIMIT_SECONDS
 from ..sync.protocol import (
     PEER_ERRORS,
     POLL,
@@ -90,9 +91,11 @@ def silence_limit(intervals: Sequence[float]) -> float:
 class Coordinator:
     """Runs the sync loop of one epoch on ``sess`` until ``stop`` is set or the epoch ends."""
 
-    def __init__(self, ctx: Context, sess: Any, training: TrainingGraph) -> None:
+    def __init__(self, ctx: Context, sess: Any, training: TrainingGraph,
+                 protocol: SyncProtocol) -> None:
         cfg = ctx.cfg
-        self.ctx, self.sess, self.training = ctx, sess, training
+        self.ctx, self.sess, self.training, self.protocol = ctx, sess, training, protocol
+        self.held_since: float | None = None  # holding the updates for a handover since
         self.r = cfg.replicas_to_aggregate
         self.minimum = cfg.min_replicas_to_aggregate
         self.shares = [base for base, _ in tokens_per_replica(
@@ -134,6 +137,8 @@ class Coordinator:
                 if stop.is_set():
                     return
                 self.adjust(state)
+                if self.holding(bool(state["hold"]), int(state["global_step"])):
+                    continue
                 if int(min(state["counts"])) >= self.r_eff:
                     _, at = self.sess.run([self.training.sync_op, e.updated_at])
                     self.intervals.append(max(0.0, float(at) - self.last_update_at))
@@ -149,6 +154,30 @@ class Coordinator:
                     self.ctx.log(f"sync loop stopped: {self.failure}")
                     self.wake_replicas()
                 return
+
+    def holding(self, asked: bool, step: int) -> bool:
+        """Hold the updates while a handover is asked (sync/handover.py): the loop is between
+        two updates here, so every variable is at ``step``; go on when nobody asks any more,
+        or after HOLD_LIMIT_SECONDS whatever was asked."""
+        now, since = time.monotonic(), self.held_since
+        if asked and since is None:
+            self.held_since = now
+            self.protocol.hold_updates(step)
+            self.ctx.log(f"handover: updates held at global step {step} "
+                         f"at unix time {time.time():.3f}")
+            return True
+        if since is None:
+            return False
+        if asked and now - since < HOLD_LIMIT_SECONDS:
+            return True
+        if asked:  # a requester that never went away: nothing is worth a longer pause
+            self.protocol.clear_handover()
+            self.ctx.log(f"handover: nobody went away within {HOLD_LIMIT_SECONDS:.0f}s")
+        else:
+            self.protocol.hold_updates(-1)
+        self.ctx.log(f"handover: updates go on from global step {step} after {now - since:.2f}s")
+        self.held_since = None
+        return False
 
     def wake_replicas(self) -> None:
         """After the loop failed (a PS lost mid-update): close the epoch's token queues.
@@ -258,7 +287,7 @@ def sync_epoch(ctx: Context, protocol: SyncProtocol, first: bool) -> str:
                         if cfg.elastic and state.initialized else range(cfg.total_replicas))
             joined = wait_for_replicas(ctx, protocol, epoch, REJOIN_GATE_SECONDS, expected,
                                        quorum=min(cfg.replicas_to_aggregate, len(expected)))
-        coordinator = Coordinator(ctx, sess, training)
+        coordinator = Coordinator(ctx, sess, training, protocol)
         coordinator.open(joined)
         sess.run(training.gate_tokens_op)
         loop = threading.Thread(target=coordinator.run, args=(stop,), name="sync", daemon=True)

@@ -3,6 +3,7 @@ runs the sync epochs (coordinator.py) in a thread."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -14,6 +15,7 @@ from ..process.context import Context
 from ..process.sessions import open_session
 from ..sync.protocol import ps_done_queue
 from .coordinator import serve_sync_epochs
+from .handover import hand_over_at_sigterm
 
 v1 = tf.compat.v1
 
@@ -21,6 +23,7 @@ v1 = tf.compat.v1
 def run_ps(ctx: Context) -> int:
     """Block on this PS's "done" queue (instead of ``server.join()``, which never returns)."""
     cfg = ctx.cfg
+    signal.signal(signal.SIGTERM, lambda *_: hand_over_at_sigterm(ctx))
     graph = tf.Graph()
     with graph.as_default():
         wait_done = ps_done_queue(cfg.index).dequeue()

@@ -28,6 +28,7 @@ from ..process.sessions import close_quietly, open_session
 from ..state.checkpoints import restore_or_initialize, save_checkpoint
 from ..state.snapshots import SnapshotStore, Snapshotter
 from ..sync.fencing import stand_down_if_superseded, superseded_by
+from ..sync.handover import CHIEF_SLOT, POLL_SECONDS
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, unconfirmed
 from .steploop import EpochEnded, StepLoop, wait_for_phase
 from .worker import LinkFailures, reach_ps, wait_for_epoch
@@ -39,6 +40,7 @@ def run_chief(ctx: Context) -> int:
     cfg = ctx.cfg
     ctx.metrics.add_chief()
     protocol = reach_ps(ctx)
+    ctx.protocol = protocol
     signal.signal(signal.SIGTERM, lambda *_: graceful_stop(ctx))
     store = SnapshotStore()  # the freshest snapshot, kept across this process's sync epochs
     first = True
@@ -125,7 +127,7 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, store: Snapsho
         ctx.log(f"training in sync epoch {epoch:x} from global step {step} "
                 f"at unix time {time.time():.3f}")
         if cfg.training.snapshot_every_steps:
-            snapshots = Snapshotter(ctx, store, sess, training, step)
+            snapshots = Snapshotter(ctx, store, sess, training, step, protocol)
         return train(ctx, protocol, sess, training, step, snapshots)
     except tf.errors.OutOfRangeError as err:
         if ctx.stopping:
@@ -230,8 +232,32 @@ def evaluate(ctx: Context, sess: Any, training: TrainingGraph, global_step: int)
             + " ".join(f"{k}={float(v):.4f}" for k, v in sorted(values.items())))
 
 
+# At SIGTERM the chief waits this long for PS 0 to hold the updates for its checkpoint.
+HOLD_WAIT_SECONDS = 2.0
+
+
+def hold_updates(ctx: Context) -> int | None:
+    """Ask PS 0 to hold the updates (sync/handover.py) and wait until it does: the step they
+    are held at, None (not held: the checkpoint is written while they go on)."""
+    protocol = ctx.protocol
+    if protocol is None:
+        return None
+    protocol.ask_handover(CHIEF_SLOT)  # behind the fence: a superseded chief holds nothing
+    deadline = time.monotonic() + HOLD_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        _, held, _ = protocol.handover_state()
+        if held >= 0:
+            return held
+        time.sleep(POLL_SECONDS)
+    protocol.withdraw_handover(CHIEF_SLOT)
+    return None
+
+
 def graceful_stop(ctx: Context) -> None:
-    """SIGTERM on the chief: checkpoint and exit 143 (the others train on without it)."""
+    """SIGTERM on the chief: checkpoint the latest update and exit 143 (the others train on
+    without it). The updates are held while the checkpoint is written, so that it holds
+    every variable at one global step, the latest; a PS handing over meanwhile is answered
+    by the snapshot thread, which goes on until the exit."""
     if ctx.stopping:
         return
     ctx.stopping = True
@@ -242,9 +268,17 @@ def graceful_stop(ctx: Context) -> None:
         try:
             sess, training = ctx.session, ctx.graph
             if sess is not None and training is not None and ctx.cfg.training.checkpoint_dir:
+                t0 = time.monotonic()
+                held = hold_updates(ctx)
                 global_step = int(sess.run(training.global_step))
                 path = save_checkpoint(sess, training, ctx.cfg.training.checkpoint_dir,
                                        global_step, ctx.log)
+                if held is not None:
+                    ctx.protocol.withdraw_handover(CHIEF_SLOT)
+                ctx.log(f"SIGTERM: checkpoint at global step {global_step} "
+                        + ("with the updates held" if held is not None
+                           else "while the updates went on (PS 0 did not hold them)")
+                        + f", {time.monotonic() - t0:.2f}s")
                 reason += (f" after writing {os.path.basename(path)}" if path
                            else " (its checkpoint refused: the directory holds a newer one)")
         except Exception as err:  # still exit: the orchestrator is waiting

@@ -16,7 +16,7 @@ from ..phases import Phase, ReplicaPhase
 from ..process.context import Context, start_watchdog
 from ..process.exits import Exit
 from ..process.sessions import close_quietly, open_session
-from ..sync.fencing import stand_down_if_superseded, start_fence_watch
+from ..sync.fencing import stand_down_if_superseded, start_fence_watch, superseded_by
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, SyncState
 from .steploop import EpochEnded, Leaving, StepLoop, check_leaving, wait_for_phase
 
@@ -34,8 +34,11 @@ def run_worker(ctx: Context) -> int:
 
     The steps run in a thread: a main thread blocked in a session run (waiting for its
     token) would run no signal handler until the run returned, and a pod deleted then would
-    wait out its whole grace period. So SIGTERM is seen at once: a worker of an elastic job
-    leaves, any other exits 143 at once (``__main__``'s handler)."""
+    wait out its whole grace period. So SIGTERM is seen at once, and every worker leaves the
+    job: it ends the step in flight (at most one update), clears ``ready`` and goes silent,
+    so that elastic R or a backup replica takes over at once rather than after the silence
+    limit. A worker of an elastic job then exits 0 (scaled down), any other 143
+    (``__main__``): it was stopped, and its pod is replaced."""
     outcome: list[tuple[bool, Any]] = []
 
     def body() -> None:
@@ -44,8 +47,7 @@ def run_worker(ctx: Context) -> int:
         except BaseException as err:  # raised again in the main thread
             outcome.append((False, err))
 
-    if ctx.cfg.elastic:
-        signal.signal(signal.SIGTERM, lambda *_: ctx.leaving.set())
+    signal.signal(signal.SIGTERM, lambda *_: ctx.leaving.set())
     thread = threading.Thread(target=body, name="training", daemon=True)
     thread.start()
     while thread.is_alive():
@@ -64,19 +66,26 @@ def run_worker(ctx: Context) -> int:
 
 def leave(ctx: Context, protocol: SyncProtocol | None, sess: Any, training: Any,
           how: str = "after its step") -> None:
-    """Leave an elastic job (SIGTERM: scaled down): no longer a member (the end of training
-    does not wait for it), silent at once (the next update does not wait for its gradient:
-    R adapts as for a lost replica, without the silence limit) and the sync loop woken.
-    A gradient it pushed is in the accumulators and counts once; the token it leaves is
-    dropped by the next worker in its slot (StepLoop.join)."""
+    """Leave the job at SIGTERM (an elastic job's worker: scaled down): no longer a member
+    (the end of training does not wait for it), silent at once (the next update does not
+    wait for its gradient: R adapts as for a lost replica, without the silence limit) and
+    the sync loop woken. A gradient it pushed is in the accumulators and counts once; the
+    token it leaves is dropped by the next worker in its slot (StepLoop.join). Best effort
+    when PS 0 does not answer (it is leaving anyway); a fenced-off process still exits 77."""
     cfg = ctx.cfg
-    if protocol is not None:
-        protocol.set_ready(cfg.replica_id, 0)
-    if sess is not None and training is not None:
-        opts = tf.compat.v1.RunOptions(timeout_in_ms=5000)
-        sess.run(training.elastic.leave, options=opts)
+    try:
+        if protocol is not None:
+            protocol.set_ready(cfg.replica_id, 0)
+        if sess is not None and training is not None:
+            opts = tf.compat.v1.RunOptions(timeout_in_ms=5000)
+            sess.run(training.elastic.leave, options=opts)
+    except tf.errors.OpError as err:
+        if superseded_by(err) is not None:
+            raise
+        how += f"; PS 0 not told: {type(err).__name__}"
     ctx.left = True
-    ctx.log(f"left the job ({how}; SIGTERM: scaled down) at global step {ctx.seen_step()} "
+    why = "scaled down" if cfg.elastic else "stopped"
+    ctx.log(f"left the job ({how}; SIGTERM: {why}) at global step {ctx.seen_step()} "
             f"at unix time {time.time():.3f}")
 
 

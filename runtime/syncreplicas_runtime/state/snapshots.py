@@ -47,7 +47,9 @@ import tensorflow as tf
 from ..graph.training import TrainingGraph
 from ..process.context import Context
 from ..sync.fencing import merge_owners
+from ..sync.handover import CHIEF_POLL_SECONDS
 from ..sync.names import SYNC_STATE_DEVICE
+from ..sync.protocol import SyncProtocol
 
 v1 = tf.compat.v1
 
@@ -177,11 +179,13 @@ def restore_snapshot(sess: Any, training: TrainingGraph, snapshot: Snapshot) -> 
 # -- the chief's thread ------------------------------------------------------------------------
 
 class Snapshotter:
-    """A snapshot every ``snapshotEverySteps`` global steps, for the chief's current epoch."""
+    """A snapshot every ``snapshotEverySteps`` global steps, for the chief's current epoch;
+    and one whenever PS 0 holds the updates for a handover (sync/handover.py), which it
+    acknowledges: a PS leaving at SIGTERM then exits, its state in this copy."""
 
     def __init__(self, ctx: Context, store: SnapshotStore, sess: Any, training: TrainingGraph,
-                 step: int) -> None:
-        self.ctx, self.store, self.sess = ctx, store, sess
+                 step: int, protocol: SyncProtocol | None = None) -> None:
+        self.ctx, self.store, self.sess, self.protocol = ctx, store, sess, protocol
         self.every = ctx.cfg.training.snapshot_every_steps
         self.read = build_read(training)
         self.step_name = training.global_step.op.name
@@ -207,13 +211,34 @@ class Snapshotter:
 
     def run(self) -> None:
         while True:
-            self.wake.wait()
+            woken = self.wake.wait(CHIEF_POLL_SECONDS if self.protocol is not None else None)
             if self.stopped.is_set():
                 return
-            self.wake.clear()
-            self.take()
+            if woken:
+                self.wake.clear()
+                self.take()
+            else:
+                self.hand_over()
 
-    def take(self) -> None:
+    def hand_over(self) -> None:
+        """If PS 0 holds the updates for a handover and no snapshot of the held step was
+        acknowledged yet: take one (nothing moves, so it holds exactly that step) and say so."""
+        assert self.protocol is not None
+        try:
+            asked, held, saved = self.protocol.handover_state()
+            if not asked or held < 0 or saved >= held:
+                return
+            step = self.take()
+            if step != held:
+                return  # read again at the next look
+            self.protocol.ack_handover(step)
+        except tf.errors.OpError:
+            return  # PS 0 gone or fenced off: the epoch ends
+        self.ctx.log(f"handover: snapshot at global step {step}, taken while the updates "
+                     f"are held, at unix time {time.time():.3f}")
+
+    def take(self) -> int | None:
+        """A consistent snapshot into the store; its global step, None if none was kept."""
         opts = v1.RunOptions(timeout_in_ms=int(READ_TIMEOUT_SECONDS * 1000))
         fetches = {"before": self.read.before, "values": self.read.values,
                    "after": self.read.after}
@@ -221,15 +246,17 @@ class Snapshotter:
             fetches["owners"] = self.read.owners
         for _ in range(READ_ATTEMPTS):
             if self.stopped.is_set():
-                return
+                return None
             try:
                 out = self.sess.run(fetches, options=opts)
             except tf.errors.OpError:
-                return  # a PS lost or not restored yet: the epoch ends, or the next one works
+                return None  # a PS lost or not restored yet: the epoch ends, or the next one works
             if consistent(int(out["before"]), int(out["after"])):
                 step = int(out["values"][self.step_name])
                 if self.store.offer(self.generation,
                                     Snapshot(step, out["values"], out.get("owners"))):
                     self.ctx.metrics.snapshot_step.set(step)
-                return
+                    return step
+                return None
             time.sleep(0)  # let the update finish
+        return None

@@ -27,6 +27,11 @@ PUSHED_STEP_VARIABLE = "syncreplicas/pushed_step"
 HANDED_OUT_VARIABLE = "syncreplicas/handed_out_step"
 # Counts the halves of every update (odd while one is applied): graph/seqlock.py.
 SNAPSHOT_SEQ_VARIABLE = "syncreplicas/update_seq"
+# A handover at SIGTERM (sync/handover.py): who asks (per slot: the chief, then each PS), the
+# global step PS 0's sync loop holds the updates at, the step of the chief's copy of it.
+HANDOVER_REQUEST_VARIABLE = "syncreplicas/handover_request"
+HANDOVER_HELD_VARIABLE = "syncreplicas/handover_held"
+HANDOVER_SAVED_VARIABLE = "syncreplicas/handover_saved"
 GLOBAL_STEP_VARIABLE = "global_step"
 
 

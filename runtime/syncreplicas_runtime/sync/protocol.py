@@ -33,6 +33,7 @@ from ..phases import Phase
 from ..process.sessions import session_config
 from . import names
 from .fencing import FenceOps, FenceReader, build_fence, fenced, owner_table
+from .handover import HandoverOps, build_handover
 
 v1 = tf.compat.v1
 
@@ -116,9 +117,11 @@ class SyncProtocol:
             self._read = [self.epoch.read_value(), self.phase.read_value(),
                           self.ready.read_value(), self.done.read_value()]
             self._read_gs = global_step.read_value()
+            self.handover: HandoverOps = build_handover(
+                cfg.parameter_servers, self.fence.check if self.fence is not None else None)
             self._init = tf.group(self.epoch.initializer, self.phase.initializer,
                                   self.ready.initializer, self.done.initializer,
-                                  owner.initializer)
+                                  owner.initializer, self.handover.init)
             self._p_int = v1.placeholder(tf.int64, [])
             self._p_index = v1.placeholder(tf.int32, [])
             self._set_phase = self.phase.assign(tf.cast(self._p_int, tf.int32), read_value=False)
@@ -126,9 +129,11 @@ class SyncProtocol:
                 self._set_ready = v1.scatter_update(self.ready, [self._p_index],
                                                     [self._p_int])
                 self._set_done = v1.scatter_update(self.done, [self._p_index], [1])
+            # A new epoch starts with nothing asked or held (a PS that handed over is gone).
             self._open_epoch = tf.group(
                 self.epoch.assign(self._p_int, read_value=False),
-                self.phase.assign(int(Phase.RESETTING), read_value=False))
+                self.phase.assign(int(Phase.RESETTING), read_value=False),
+                self.handover.init)
             resetting = tf.logical_and(tf.equal(self.epoch.read_value(), self._p_int),
                                        tf.equal(self.phase.read_value(), int(Phase.RESETTING)))
 
@@ -273,6 +278,31 @@ class SyncProtocol:
                     *[token_queue(i, epoch).close(cancel_pending_enqueues=True)
                       for i in range(self.cfg.total_replicas)])
         self.run(self._close_ops[epoch])
+
+    # -- handover at SIGTERM (sync/handover.py) ------------------------------------
+    def handover_state(self) -> tuple[bool, int, int]:
+        """(anyone asks the updates to be held, the step they are held at, the step of the
+        chief's snapshot taken while held); -1: none."""
+        asked, held, saved = self.run(self.handover.read, timeout=2.0)
+        return bool(asked), int(held), int(saved)
+
+    def ask_handover(self, slot: int) -> None:
+        self.run(self.handover.ask, {self.handover.slot: slot}, timeout=2.0)
+
+    def withdraw_handover(self, slot: int) -> None:
+        self.run(self.handover.withdraw, {self.handover.slot: slot}, timeout=2.0)
+
+    def hold_updates(self, step: int) -> None:
+        """PS 0's sync loop: held at ``step`` (-1: going on again)."""
+        self.run(self.handover.hold, {self.handover.step: step}, timeout=2.0)
+
+    def clear_handover(self) -> None:
+        """PS 0: nothing asked, nothing held."""
+        self.run(self.handover.init, timeout=2.0)
+
+    def ack_handover(self, step: int) -> None:
+        """The chief: its snapshot holds global step ``step``."""
+        self.run(self.handover.ack, {self.handover.step: step}, timeout=2.0)
 
     def release_ps(self) -> None:
         """Tell every PS that training finished (each exits 0)."""

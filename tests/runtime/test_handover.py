@@ -1,0 +1,156 @@
+"""Handover at SIGTERM on real processes: a parameter server that gets SIGTERM (a drained
+or preempted node, a deleted pod) asks PS 0 to hold the updates, waits for the chief's
+snapshot of the latest one and exits 143; its replacement is restored at exactly that
+global step. SIGKILL, in the same run, still rolls back to the chief's last periodic
+snapshot (at most ``snapshotEverySteps`` updates lost): the difference is in the log.
+
+PS 0 writes every update to ``SYNCREPLICAS_DEBUG_UPDATES_FILE`` (``global_step time R``);
+a step that appears twice there was applied twice: the updates in between were lost and
+made again. One batch per step for every replica (tests/runtime/samebatch.py): the final
+weights equal plain SGD whatever the restores did, as long as none was from a torn state.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.runtime.rtutil import StepDelay, linear_job, runtime_env
+from tests.runtime.test_training import reference_sgd
+from tests.support.tfcluster import LocalCluster, metric_value, start_cluster
+
+HANG_GUARD = 120.0
+RESTORED_RE = re.compile(r"variables restored from the snapshot at global step (\d+), "
+                         r"global step (\d+)")
+HANDED_RE = re.compile(r"handover: the chief's snapshot holds global step (\d+); exiting "
+                       r"([\d.]+)s after SIGTERM")
+HELD_RE = re.compile(r"handover: updates held at global step (\d+) at unix time ([\d.]+)")
+
+
+def updates(path: Path) -> list[tuple[int, float]]:
+    """(global step, unix time) of every update PS 0 applied, every PS 0 process."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            out.append((int(parts[0]), float(parts[1])))
+    return out
+
+
+def chief_metric(cluster: LocalCluster, name: str) -> float | None:
+    text = cluster.try_metrics_text("chief", 0)
+    return metric_value(text, name) if text else None
+
+
+def wait_until(cluster: LocalCluster, what: str, check: object) -> None:
+    deadline = time.monotonic() + HANG_GUARD
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"waiting for {what}\n{cluster.logs()}"
+        time.sleep(0.05)
+
+
+class Replacer:
+    """Stops a PS (SIGTERM or SIGKILL) and starts its replacement at once, with a higher
+    incarnation, as the operator does for a deleted pod."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.incarnation = int(time.time() * 1000)
+
+    def replace(self, index: int, sig: int) -> tuple[int | None, float]:
+        """Exit code of the old process and seconds from the signal to its exit."""
+        t0 = time.monotonic()
+        self.cluster.kill("ps", index, sig)
+        code = self.cluster.wait_one("ps", index, timeout=20)
+        took = time.monotonic() - t0
+        self.incarnation += 1000
+        self.cluster.replica("ps", index).env["SYNCREPLICAS_INCARNATION"] = str(self.incarnation)
+        self.cluster.restart("ps", index)
+        return code, took
+
+
+@pytest.mark.timeout(600)
+def test_a_ps_at_sigterm_hands_over_and_loses_no_update_sigkill_loses_some(
+        tmp_path: Path) -> None:
+    steps, lr, every = 220, 0.02, 10
+    ckpt = tmp_path / "ckpt"
+    updates_file = tmp_path / "updates.txt"
+    job = linear_job(replicasToAggregate=2, model__entrypoint="tests.runtime.samebatch:build",
+                     training__maxSteps=steps, training__learningRate=lr,
+                     training__checkpointDir=str(ckpt), training__checkpointEverySteps=1000,
+                     training__snapshotEverySteps=every, training__logEverySteps=10,
+                     training__packMinBytesPerPS=0)  # the model on both PS
+    delay = StepDelay(tmp_path / "delay", 30)
+    env = {**runtime_env(), **delay.env, "SYNCREPLICAS_DEBUG_UPDATES_FILE": str(updates_file)}
+    events: list[tuple[str, int, int | None, float, int]] = []  # (what, ps, code, s, last)
+    with start_cluster(job, workers=1, ps=2, workdir=tmp_path, env=env) as cluster:
+        replacer = Replacer(cluster)
+
+        def restores() -> int:
+            return len(RESTORED_RE.findall(cluster.log("chief", 0)))
+
+        def step() -> float:
+            return chief_metric(cluster, "syncreplicas_global_step") or 0.0
+
+        for what, index in (("SIGTERM", 1), ("SIGTERM", 0), ("SIGKILL", 0)):
+            target = step() + 25
+            wait_until(cluster, f"global step {target}", lambda t=target: step() >= t)
+            if what == "SIGKILL":  # well past the last periodic snapshot: something to lose
+                wait_until(cluster, "a snapshot 3+ steps behind", lambda: step() - (
+                    chief_metric(cluster, "syncreplicas_snapshot_step") or 0) >= 3)
+            before = restores()
+            sig = signal.SIGTERM if what == "SIGTERM" else signal.SIGKILL
+            code, took = replacer.replace(index, sig)
+            last = max(s for s, _ in updates(updates_file))
+            events.append((what, index, code, took, last))
+            wait_until(cluster, f"the restore after {what} to PS {index}",
+                       lambda b=before: restores() > b)
+        delay.set(0)
+        codes = cluster.wait(timeout=HANG_GUARD)
+        logs = cluster.logs()
+    assert set(codes.values()) == {0}, logs
+    chief = cluster.log("chief", 0)
+    assert f"finished at global step {steps}" in chief, logs
+    restored = [int(m[1]) for m in RESTORED_RE.finditer(chief)]
+    assert len(restored) == 3, chief
+    applied = updates(updates_file)
+    twice = Counter(s for s, _ in applied)
+    report = []
+    for (what, index, code, took, last), at in zip(events, restored, strict=True):
+        lost = last - at
+        report.append(f"{what} PS {index}: exit {code} after {took:.2f}s, last update {last}, "
+                      f"restored at {at}: {lost} updates lost")
+        if what == "SIGTERM":
+            assert code == 143, logs
+            ps_log = cluster.log("ps", index)
+            handed = [int(m[1]) for m in HANDED_RE.finditer(ps_log)]
+            assert at in handed, (at, handed, ps_log)
+            assert lost == 0, report
+            assert twice[at + 1] == 1, report  # the next update was made once
+        else:
+            assert code == -9, logs
+            assert 0 < lost <= every, report
+            assert all(twice[s] == 2 for s in range(at + 1, last + 1)), report
+    # Every repeated update is one SIGKILL lost: none from the handovers.
+    repeated = sorted(s for s, n in twice.items() if n > 1)
+    assert len(repeated) == events[2][4] - restored[2], (repeated, report)
+    # The pause of the global step while PS 0 held the updates for each handover.
+    held = [(int(m[1]), float(m[2])) for m in HELD_RE.finditer(cluster.log("ps", 0))]
+    print("\n".join(report))
+    print(f"updates held at {held}")
+
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(ckpt))
+    assert int(reader.get_tensor("global_step")) == steps
+    w_ref, b_ref, _ = reference_sgd(0, 1, steps, 8, 4, lr)
+    np.testing.assert_allclose(reader.get_tensor("linear/w"), w_ref, rtol=1e-4, atol=1e-5)
+    assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
