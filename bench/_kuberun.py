@@ -2,11 +2,12 @@
 processes: step events, the chief's epoch lines, PS 0's gauges, and failures delivered as
 Kubernetes delivers them.
 
-- Step events and epoch lines come from the container logs the kubelet writes on this node
-  (``/var/log/pods/<namespace>_<pod>_<uid>/<container>/<restart>.log``), each line stamped
-  by the container runtime when it was written: no clock of the harness in between.
-- Gauges are scraped from the pod's own address (this machine is the node: pod IPs are
-  routed here), found again after a pod is replaced.
+- Step events and epoch lines come from the container logs each node's kubelet writes on
+  this machine (``<node>/pod-logs/<namespace>_<pod>_<uid>/<container>/<restart>.log``
+  under the cluster's run directory), each line stamped by the container runtime when it
+  was written: no clock of the harness in between.
+- Gauges are scraped from the pod's own address (every node's pod range is routed to it
+  from this machine), found again after a pod is replaced.
 - ``kill``: a chief or PS pod is deleted (``kubectl delete pod``: SIGTERM, the operator
   creates its successor with a new IP under the same name); a worker's process is SIGKILLed
   in its container (the kubelet restarts it in place: restartPolicy OnFailure).
@@ -31,7 +32,7 @@ import yaml
 from tests.cluster import kube
 from tests.support import tfcluster
 
-POD_LOGS = Path("/var/log/pods")
+NODES = kube.node.RUN / "nodes"  # <node>/pod-logs: each kubelet's podLogsDir
 GRPC_PORT, METRICS_PORT = 2222, 9090
 
 
@@ -89,7 +90,7 @@ class KubeRun:
 
     def events(self) -> list[obs.StepEvent]:
         out: list[obs.StepEvent] = []
-        for path in sorted(POD_LOGS.glob(f"{self.namespace}_{self.name}-*/*/*.log")):
+        for path in sorted(NODES.glob(f"*/pod-logs/{self.namespace}_{self.name}-*/*/*.log")):
             tail = self.tails.setdefault(path, obs.LogTail(path))
             for line in tail.new_lines():
                 parsed = cri_line(line)

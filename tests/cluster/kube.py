@@ -73,10 +73,11 @@ def cluster(
     return run("python3", str(CLUSTER_PY), *command, check=check, timeout=timeout)
 
 
-def node_fault(name: str, fault: str, *extra: str) -> subprocess.CompletedProcess[str]:
+def node_fault(name: str, fault: str, *extra: str,
+               check: bool = True) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """A node fault of hack/cluster (crash, partition, heal, start, drain, uncordon,
     preempt), as a user reproducing one would run it."""
-    return cluster("node", name, fault, *extra)
+    return cluster("node", name, fault, *extra, check=check)
 
 
 def is_up() -> bool:

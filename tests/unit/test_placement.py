@@ -116,13 +116,15 @@ def test_spreading(
     assert spec.get("affinity") == affinity
 
 
-NOT_IN = {"key": "metadata.name", "operator": "NotIn", "values": ["a", "b"]}
+# One requirement per node: the API server allows a field requirement one value.
+NOT_A = {"key": "metadata.name", "operator": "NotIn", "values": ["a"]}
+NOT_B = {"key": "metadata.name", "operator": "NotIn", "values": ["b"]}
 
 
 @pytest.mark.parametrize(
     ("pod_spec", "terms"),
     [
-        ({}, [{"matchFields": [NOT_IN]}]),
+        ({}, [{"matchFields": [NOT_A, NOT_B]}]),
         # Terms are ORed: every one of them must exclude the lost nodes.
         (
             {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
@@ -133,9 +135,9 @@ NOT_IN = {"key": "metadata.name", "operator": "NotIn", "values": ["a", "b"]}
                 ]}}}},
             [
                 {"matchExpressions": [{"key": "gpu", "operator": "Exists"}],
-                 "matchFields": [NOT_IN]},
+                 "matchFields": [NOT_A, NOT_B]},
                 {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "c"]},
-                                 NOT_IN]},
+                                 NOT_A, NOT_B]},
             ],
         ),
     ],

@@ -87,16 +87,18 @@ def _spread(labels: dict[str, str]) -> Manifest:
 
 
 def avoid_nodes(pod_spec: Manifest, nodes: Collection[str]) -> None:
-    """Keep the pod off ``nodes``: a ``metadata.name NotIn`` field requirement in every
-    required node selector term (terms are ORed: each must exclude them)."""
+    """Keep the pod off ``nodes``: ``metadata.name NotIn`` field requirements in every
+    required node selector term (terms are ORed: each must exclude them). One requirement
+    per node: the API server allows a field requirement a single value."""
     if not nodes:
         return
-    requirement = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    requirements = [{"key": "metadata.name", "operator": "NotIn", "values": [n]}
+                    for n in sorted(nodes)]  # fmt: skip
     affinity = pod_spec.setdefault("affinity", {})
     node_affinity = affinity.setdefault("nodeAffinity", {})
     required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
     terms: list[Manifest] = required.get("nodeSelectorTerms") or [{}]
     required["nodeSelectorTerms"] = [
-        {**term, "matchFields": [*(term.get("matchFields") or []), dict(requirement)]}
+        {**term, "matchFields": [*(term.get("matchFields") or []), *requirements]}
         for term in terms
     ]
