@@ -4,6 +4,7 @@ state directory, image store, pod range and certificates."""
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import json
 import os
@@ -169,9 +170,21 @@ def node_object(node: Node) -> dict[str, object]:
     return dict(json.loads(api_get(f"/api/v1/nodes/{node.name}")))
 
 
-def ready(node: Node) -> bool:
+def ready(node: Node, since: float = 0.0) -> bool:
+    """The node's Ready condition is True and its kubelet renewed its Lease at or after
+    ``since`` (unix time): a crashed node stays Ready in the API until the node lifecycle
+    controller notices, 50 s later, and a kubelet that finds its node Ready posts no new
+    status for minutes; its Lease it renews every 10 s."""
     conditions = node_object(node)["status"]["conditions"]  # type: ignore[index]
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+        return False
+    if since <= 0:
+        return True
+    lease = json.loads(api_get(f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/"
+                               f"leases/{node.name}"))  # fmt: skip
+    renewed = lease["spec"].get("renewTime", "").split(".")[0].rstrip("Z")
+    return bool(renewed) and calendar.timegm(
+        time.strptime(renewed, "%Y-%m-%dT%H:%M:%S")) >= int(since)
 
 
 def daemons_running(node: Node) -> bool:
@@ -213,11 +226,13 @@ def wait_ready(node: Node, timeout: float = 120) -> None:
     they exit, as a node's service manager does (a kubelet that finds containerd still
     recovering after a crash exits: "server is not initialized yet")."""
 
+    since = time.time()
+
     def up() -> bool:
         if running_pid(node.daemon("containerd")) is None:
             raise ClusterError(f"{node.name}'s containerd exited")
         start_agents(node)
-        return ready(node)
+        return ready(node, since) and running_pid(node.daemon("kubelet")) is not None
 
     wait_for(node.name, up, timeout, node.daemon("containerd"))
     # The pod range the node's CNI configuration uses, on the Node object too (what a
