@@ -250,7 +250,7 @@ def test_the_chiefs_sigterm_checkpoint_leaves_its_exit_line_and_step(
         ctx.session = SimpleNamespace(run=lambda fetch: 40)
         ctx.graph = SimpleNamespace(global_step="global_step:0")
         monkeypatch.setattr(chief, "save_checkpoint",
-                            lambda sess, training, where, step: f"{where}/model.ckpt-{step}")
+                            lambda sess, training, where, step, *_: f"{where}/model.ckpt-{step}")
     chief.graceful_stop(ctx)
     assert ended.wait() == (143, message)
 
