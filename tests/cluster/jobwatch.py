@@ -1,0 +1,187 @@
+"""Watch a job on the cluster while faults hit it: the chief's global step and the
+checkpoints it writes, sampled in threads; where its replicas run. Shared by the node-fault
+tests and bench/nodefaults.py. It observes; the callers judge."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.cluster import kube
+
+STEP_RE = re.compile(r"^syncreplicas_global_step(?:{[^}]*})? ([0-9.e+-]+)$", re.MULTILINE)
+
+
+def metrics(namespace: str, pod: str) -> str:
+    """A replica's /metrics through the API server's proxy."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}:9090/proxy/metrics"
+    return kube.kubectl("get", "--raw", path, timeout=5, check=False).stdout
+
+
+def global_step(namespace: str, pod: str) -> int | None:
+    """``pod``'s global step now (None when it cannot be read: a slow proxy, no pod)."""
+    try:
+        text = metrics(namespace, pod)
+    except subprocess.SubprocessError:
+        return None
+    match = STEP_RE.search(text)
+    return int(float(match.group(1))) if match else None
+
+
+def placement(namespace: str, job: str) -> dict[str, str]:
+    """Replica (``ps-0``) -> node, of the job's pods that are scheduled and not deleted."""
+    found = {}
+    for item in kube.pods(namespace, f"syncreplicas.io/job-name={job}"):
+        if "deletionTimestamp" in item["metadata"] or not item["spec"].get("nodeName"):
+            continue
+        found[item["metadata"]["name"].removeprefix(f"{job}-")] = item["spec"]["nodeName"]
+    return found
+
+
+def all_ready(namespace: str, job: str, replicas: int, away_from: str = "") -> bool:
+    """Every one of the job's ``replicas`` pods Ready, none being deleted, none on
+    ``away_from``."""
+    items = kube.pods(namespace, f"syncreplicas.io/job-name={job}")
+    return len(items) == replicas and all(
+        "deletionTimestamp" not in p["metadata"] and p["spec"].get("nodeName") != away_from
+        and any(c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions", []))
+        for p in items
+    )  # fmt: skip
+
+
+def ready_since(namespace: str, job: str) -> dict[str, float]:
+    """Replica -> when its pod last turned Ready (unix time), for Ready pods."""
+    found = {}
+    for item in kube.pods(namespace, f"syncreplicas.io/job-name={job}"):
+        for condition in item["status"].get("conditions", []):
+            if condition["type"] == "Ready" and condition["status"] == "True":
+                stamp = time.strptime(condition["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ")
+                name = item["metadata"]["name"].removeprefix(f"{job}-")
+                found[name] = time.mktime(stamp) - time.timezone
+    return found
+
+
+class StepWatch:
+    """A pod's global step, sampled every 0.5 s in a thread (monotonic time, step)."""
+
+    def __init__(self, namespace: str, pod: str) -> None:
+        self.namespace, self.pod = namespace, pod
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            step = global_step(self.namespace, self.pod)
+            if step is not None:
+                self.samples.append((time.monotonic(), step))
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> StepWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def last(self) -> int:
+        return self.samples[-1][1] if self.samples else 0
+
+    def moved_past(self, step: int, since: float) -> float | None:
+        """Seconds after ``since`` when the step was first seen above ``step``."""
+        for at, value in self.samples:
+            if at > since and value > step:
+                return at - since
+        return None
+
+    def resumed(self, since: float, stall: float = 1.0) -> tuple[float, int] | None:
+        """After a fault at ``since``: (seconds until the global step moved again, steps
+        lost). The step stopped at the first value held for ``stall`` seconds or more after
+        ``since`` (steps in flight at the fault still land); it moved again at the first
+        sample with another value (a restore shows a lower one: the steps lost are the
+        difference). (0, 0) when it did not stop in the 10 s after ``since``; None while it
+        has not moved again (or not 10 s have been seen)."""
+        after = [(at, v) for at, v in self.samples if at >= since]
+        for i, (at, value) in enumerate(after):
+            later = [(t, v) for t, v in after[i + 1:] if v != value]
+            held_until = later[0][0] if later else time.monotonic()
+            if held_until - at < stall:
+                continue
+            if not later:
+                return None
+            return later[0][0] - since, max(0, value - min(v for _, v in after[i + 1:]))
+        return (0.0, 0) if after and after[-1][0] - since >= 10 else None
+
+    def rate(self, since: float, until: float) -> float | None:
+        """Global steps per second between ``since`` and ``until`` (the samples nearest)."""
+        inside = [(at, v) for at, v in self.samples if since <= at <= until]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return None
+        return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+
+    def longest_gap(self, since: float, until: float) -> float:
+        """The longest time without a new global step between ``since`` and ``until``."""
+        longest, last_change, last_value = 0.0, since, None
+        for at, value in self.samples:
+            if at < since or at > until:
+                continue
+            if value != last_value:
+                longest = max(longest, at - last_change)
+                last_change, last_value = at, value
+        return max(longest, until - last_change)
+
+
+class CheckpointWatch:
+    """The global step of every checkpoint written to ``directory`` (the `checkpoint`
+    file's newest entry), read every 0.5 s."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.steps: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                text = (self.directory / "checkpoint").read_text()
+            except OSError:
+                text = ""
+            match = re.search(r'^model_checkpoint_path: ".*-(\d+)"', text, re.MULTILINE)
+            if match and (not self.steps or int(match.group(1)) != self.steps[-1]):
+                self.steps.append(int(match.group(1)))
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> CheckpointWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def events(namespace: str, reason: str) -> list[str]:
+    items = kube.kubectl_json("get", "events", "-n", namespace,
+                              "--field-selector", f"reason={reason}")["items"]  # fmt: skip
+    return [str(e.get("message", "")) for e in items]
+
+
+def operator_node() -> str:
+    (item,) = kube.pods(kube.RELEASE_NAMESPACE, "app.kubernetes.io/component=operator")
+    return str(item["spec"]["nodeName"])
+
+
+def prefer(node: str) -> dict[str, Any]:
+    """A template's affinity that prefers ``node`` (weight 100)."""
+    return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100,
+        "preference": {"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]},
+    }]}}  # fmt: skip
