@@ -135,7 +135,10 @@ class FenceReader:
         with self.graph.as_default():
             self.held = owner_table(cfg.total_replicas).sparse_read(cfg.replica_id)
         self._target = f"grpc://{cfg.ps_addresses[0]}"
-        self._config = v1.ConfigProto(device_filters=[SYNC_STATE_DEVICE])
+        # A bound on creating and extending the session too (RunOptions' timeout covers
+        # only the run): PS 0 out of reach must fail the read, not hang the caller.
+        self._config = v1.ConfigProto(device_filters=[SYNC_STATE_DEVICE],
+                                      operation_timeout_in_ms=5000)
         self._session: Any = None
         self._lock = threading.Lock()
 
