@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Self
 
 from tests.cluster import kube
 
@@ -66,29 +66,42 @@ def ready_since(namespace: str, job: str) -> dict[str, float]:
     return found
 
 
-class StepWatch:
-    """A pod's global step, sampled every 0.5 s in a thread (monotonic time, step)."""
+class Sampler:
+    """Calls :meth:`sample` every 0.5 s in a thread, between ``with`` and its end."""
 
-    def __init__(self, namespace: str, pod: str) -> None:
-        self.namespace, self.pod = namespace, pod
-        self.samples: list[tuple[float, int]] = []
+    def __init__(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def sample(self) -> None:
+        raise NotImplementedError
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            step = global_step(self.namespace, self.pod)
-            if step is not None:
-                self.samples.append((time.monotonic(), step))
+            self.sample()
             self._stop.wait(0.5)
 
-    def __enter__(self) -> StepWatch:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class StepWatch(Sampler):
+    """A pod's global step, sampled every 0.5 s (monotonic time, step)."""
+
+    def __init__(self, namespace: str, pod: str) -> None:
+        super().__init__()
+        self.namespace, self.pod = namespace, pod
+        self.samples: list[tuple[float, int]] = []
+
+    def sample(self) -> None:
+        step = global_step(self.namespace, self.pod)
+        if step is not None:
+            self.samples.append((time.monotonic(), step))
 
     def last(self) -> int:
         return self.samples[-1][1] if self.samples else 0
@@ -137,34 +150,23 @@ class StepWatch:
         return max(longest, until - last_change)
 
 
-class CheckpointWatch:
+class CheckpointWatch(Sampler):
     """The global step of every checkpoint written to ``directory`` (the `checkpoint`
     file's newest entry), read every 0.5 s."""
 
     def __init__(self, directory: Path) -> None:
+        super().__init__()
         self.directory = directory
         self.steps: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                text = (self.directory / "checkpoint").read_text()
-            except OSError:
-                text = ""
-            match = re.search(r'^model_checkpoint_path: ".*-(\d+)"', text, re.MULTILINE)
-            if match and (not self.steps or int(match.group(1)) != self.steps[-1]):
-                self.steps.append(int(match.group(1)))
-            self._stop.wait(0.5)
-
-    def __enter__(self) -> CheckpointWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def sample(self) -> None:
+        try:
+            text = (self.directory / "checkpoint").read_text()
+        except OSError:
+            return
+        match = re.search(r'^model_checkpoint_path: ".*-(\d+)"', text, re.MULTILINE)
+        if match and (not self.steps or int(match.group(1)) != self.steps[-1]):
+            self.steps.append(int(match.group(1)))
 
 
 def events(namespace: str, reason: str) -> list[str]:
@@ -176,12 +178,3 @@ def events(namespace: str, reason: str) -> list[str]:
 def operator_node() -> str:
     (item,) = kube.pods(kube.RELEASE_NAMESPACE, "app.kubernetes.io/component=operator")
     return str(item["spec"]["nodeName"])
-
-
-def prefer(node: str) -> dict[str, Any]:
-    """A template's affinity that prefers ``node`` (weight 100)."""
-    return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
-        "weight": 100,
-        "preference": {"matchExpressions": [
-            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]},
-    }]}}  # fmt: skip
