@@ -34,7 +34,6 @@ import yaml
 from tests.cluster import kube
 from tests.cluster.test_failures import (
     JOB,
-    NODE,
     advancing,
     job,
     metrics,
@@ -124,8 +123,8 @@ def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: Prom
                         lambda: step_of(namespace, f"{JOB}-chief-0") >= 50, 180)
         _check_targets(prometheus, namespace)
 
-        # A worker kept away: its pod deleted, its replacement unschedulable.
-        kube.kubectl("taint", "nodes", NODE, TAINT)
+        # A worker kept away: its pod deleted, its replacement unschedulable on every node.
+        kube.kubectl("taint", "nodes", "--all", TAINT)
         kube.kubectl("delete", "pod", f"{JOB}-worker-0", "-n", namespace)
         kube.eventually("the job is Degraded", lambda: degraded(namespace) == "True", 120)
         assert status(namespace).get("replicasToAggregate") == 1
@@ -136,7 +135,7 @@ def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: Prom
             prometheus, "SyncReplicasDegraded", namespace) == "firing", 120)  # fmt: skip
         assert pod(namespace, "worker-0")["status"]["phase"] == "Pending"
     finally:
-        kube.kubectl("taint", "nodes", NODE, "syncreplicas.io/test-", check=False)
+        kube.kubectl("taint", "nodes", "--all", "syncreplicas.io/test-", check=False)
     try:
         kube.eventually("R is back at 2 with the worker",
                         lambda: status(namespace).get("replicasToAggregate") == 2, 180)
