@@ -13,6 +13,7 @@ through the Eviction API, a preemption sends SIGTERM first and removes the Node.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -201,7 +202,10 @@ def test_drain_and_preempt(namespace: str) -> None:
     victim = second["spec"]["nodeName"]
     out = kube.node_fault(victim, "preempt", "--grace", "10").stdout
     try:
-        assert "SIGTERM to 1 container processes, 0 still running" in out, out
+        # The web server's process at least (the operator's, if it ran there too); every
+        # one ended by the SIGTERM within the grace period.
+        sent = re.search(r"SIGTERM to (\d+) container processes, 0 still running", out)
+        assert sent and int(sent.group(1)) >= 1, out
         assert victim not in node_names()
         # The old pod stays, Running as last reported, until the pod garbage collector
         # deletes pods bound to a node that no longer exists; then its ReplicaSet replaces it.
@@ -212,5 +216,7 @@ def test_drain_and_preempt(namespace: str) -> None:
         kube.eventually("the pod replaced on a remaining node", replaced, 180)
     finally:
         kube.node_fault(victim, "start")
+        for name in node_names():
+            kube.kubectl("uncordon", name, check=False)
     assert kube.eventually("the preempted node registered again",
                            lambda: ready_status(victim) == "True", 120)
