@@ -189,3 +189,5 @@ def test_a_job_survives_crashed_partitioned_and_drained_nodes(namespace: str,
         for name, command in down.items():
             kube.node_fault(name, command, check=False)
         label_nodes({n: [] for n in nodes})
+        for name in nodes:
+            kube.kubectl("uncordon", name, check=False)
