@@ -189,8 +189,8 @@ def test_drain_and_preempt(namespace: str) -> None:
     apply(namespace, deployment("web", SERVER))
     first = kube.eventually("the pod Running", lambda: only_pod(namespace, "web"), 120)
     node = first["spec"]["nodeName"]
-    kube.node_fault(node, "drain")
     try:
+        kube.node_fault(node, "drain")
         assert kube.kubectl_json("get", "node", node)["spec"].get("unschedulable") is True
         second = kube.eventually("the pod evicted and Running on another node",
                                  lambda: only_pod(namespace, "web"), 120)

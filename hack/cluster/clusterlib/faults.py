@@ -7,7 +7,8 @@
     heal       the partition undone
     start      a crashed (or preempted) node booted again: what a reboot forgets is gone
                (its old pods' processes, mounts and containerd's run state), its disk is kept
-    drain      cordon, then evict every pod through the Eviction API (`kubectl drain`)
+    drain      cordon, then evict every pod through the Eviction API (`kubectl drain
+               --force`: bare pods are deleted too)
     uncordon   schedulable again after a drain
     preempt    what a spot node gets: cordoned, its pods' containers sent SIGTERM with a
                short grace period, then the machine gone (crash) and its Node object
@@ -66,7 +67,9 @@ def boot(node: Node) -> None:
 
 def drain(node: Node, timeout: int = 300) -> None:
     _member(node)
-    kubectl("drain", node.name, "--ignore-daemonsets", "--delete-emptydir-data",
+    # --force: pods no controller would re-create (a test's bare pods) are deleted too,
+    # as an upgrade's drain does; the job's pods go through the Eviction API either way.
+    kubectl("drain", node.name, "--ignore-daemonsets", "--delete-emptydir-data", "--force",
             f"--timeout={timeout}s")  # fmt: skip
     log(f"{node.name} drained (cordoned; `node {node.name} uncordon` makes it schedulable)")
 
