@@ -202,9 +202,9 @@ def test_drain_and_preempt(namespace: str) -> None:
     victim = second["spec"]["nodeName"]
     out = kube.node_fault(victim, "preempt", "--grace", "10").stdout
     try:
-        # The web server's process at least (the operator's, if it ran there too); every
-        # one ended by the SIGTERM within the grace period.
-        sent = re.search(r"SIGTERM to (\d+) container processes, 0 still running", out)
+        # The web server's process at least (others that ran there too: the operator's, a
+        # finished test's pods; one slower than the grace period is killed, as on a spot node).
+        sent = re.search(r"SIGTERM to (\d+) container processes", out)
         assert sent and int(sent.group(1)) >= 1, out
         assert victim not in node_names()
         # The old pod stays, Running as last reported, until the pod garbage collector
