@@ -51,16 +51,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.cluster import kube
 from tests.cluster.jobwatch import (
+    ROLES,
     StepWatch,
     all_ready,
+    label_nodes,
     operator_node,
+    place_selector,
     placement,
 )
 
 JOB = "nf"
 NAMESPACE = "bench-nodefaults"
-PLACE = "syncreplicas.io/bench-place-"
-ROLES = ("ps", "chief", "worker")
 FAULTS = ("crash-ps", "crash-worker", "crash-chief", "partition-worker", "drain-ps",
           "preempt-worker")  # fmt: skip
 SYSTEMS = ("ours", "k8s")
@@ -90,13 +91,6 @@ def set_node_handling(on: bool) -> None:
                  kube.RELEASE_NAMESPACE, "--timeout=180s", timeout=200)  # fmt: skip
 
 
-def label_nodes(assignments: dict[str, list[str]]) -> None:
-    for node, roles in assignments.items():
-        labels = [f"{PLACE}{r}=yes" for r in roles] + [
-            f"{PLACE}{r}-" for r in ROLES if r not in roles]
-        kube.kubectl("label", "node", node, "--overwrite", *labels)
-
-
 def job(system: str, host_dir: Path) -> dict[str, Any]:
     manifest = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
     manifest["metadata"]["name"] = JOB
@@ -118,7 +112,7 @@ def job(system: str, host_dir: Path) -> dict[str, Any]:
     manifest["spec"]["template"] = {"spec": spec}
     volume = {"name": "checkpoints", "hostPath": {"path": str(host_dir), "type": "Directory"}}
     for role in ROLES:
-        role_spec = {**spec, "nodeSelector": {f"{PLACE}{role}": "yes"}}
+        role_spec = {**spec, "nodeSelector": place_selector(role)}
         if role == "chief":
             role_spec["containers"] = [{**container, "volumeMounts": [
                 {"name": "checkpoints", "mountPath": "/var/lib/syncreplicas/checkpoints"}]}]

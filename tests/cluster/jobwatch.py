@@ -32,6 +32,25 @@ def global_step(namespace: str, pod: str) -> int | None:
     return int(float(match.group(1))) if match else None
 
 
+# Where each role of a job starts: a node label per role that the role's template selects
+# (place_selector); label_nodes moves them between nodes.
+PLACE = "syncreplicas.io/place-"
+ROLES = ("ps", "chief", "worker")
+
+
+def place_selector(role: str) -> dict[str, str]:
+    """A role's template nodeSelector: the nodes labelled for that role."""
+    return {f"{PLACE}{role}": "yes"}
+
+
+def label_nodes(assignments: dict[str, list[str]]) -> None:
+    """Node -> the roles whose label it carries (the others' removed)."""
+    for node, roles in assignments.items():
+        labels = [f"{PLACE}{r}=yes" for r in roles] + [f"{PLACE}{r}-" for r in ROLES
+                                                          if r not in roles]  # fmt: skip
+        kube.kubectl("label", "node", node, "--overwrite", *labels)
+
+
 def placement(namespace: str, job: str) -> dict[str, str]:
     """Replica (``ps-0``) -> node, of the job's pods that are scheduled and not deleted."""
     found = {}
@@ -52,18 +71,6 @@ def all_ready(namespace: str, job: str, replicas: int, away_from: str = "") -> b
                 for c in p["status"].get("conditions", []))
         for p in items
     )  # fmt: skip
-
-
-def ready_since(namespace: str, job: str) -> dict[str, float]:
-    """Replica -> when its pod last turned Ready (unix time), for Ready pods."""
-    found = {}
-    for item in kube.pods(namespace, f"syncreplicas.io/job-name={job}"):
-        for condition in item["status"].get("conditions", []):
-            if condition["type"] == "Ready" and condition["status"] == "True":
-                stamp = time.strptime(condition["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ")
-                name = item["metadata"]["name"].removeprefix(f"{job}-")
-                found[name] = time.mktime(stamp) - time.timezone
-    return found
 
 
 class Sampler:
@@ -105,13 +112,6 @@ class StepWatch(Sampler):
 
     def last(self) -> int:
         return self.samples[-1][1] if self.samples else 0
-
-    def moved_past(self, step: int, since: float) -> float | None:
-        """Seconds after ``since`` when the step was first seen above ``step``."""
-        for at, value in self.samples:
-            if at > since and value > step:
-                return at - since
-        return None
 
     def resumed(self, since: float, stall: float = 1.0) -> tuple[float, int] | None:
         """After a fault at ``since``: (seconds until the global step moved again, steps

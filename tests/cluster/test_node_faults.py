@@ -37,7 +37,9 @@ from tests.cluster.jobwatch import (
     StepWatch,
     all_ready,
     events,
+    label_nodes,
     operator_node,
+    place_selector,
     placement,
 )
 
@@ -47,19 +49,6 @@ SNAPSHOT_EVERY = 10
 LEASE_GRACE = 20  # the chart's operator.nodeLeaseGraceSeconds
 PS_BACK_WITHIN = 60
 CHECKPOINTS = "/var/lib/syncreplicas/checkpoints"
-
-
-# Where each role starts: a node label per role that the role's template selects. Once the
-# pods are placed, every node gets every label, so replacements may go anywhere.
-PLACE = "syncreplicas.io/test-place-"
-
-
-def label_nodes(assignments: dict[str, list[str]]) -> None:
-    """Node -> the roles whose label it carries (others removed)."""
-    for node, roles in assignments.items():
-        labels = [f"{PLACE}{r}=yes" for r in roles] + [
-            f"{PLACE}{r}-" for r in ("ps", "chief", "worker") if r not in roles]
-        kube.kubectl("label", "node", node, "--overwrite", *labels)
 
 
 def job(host_dir: Path) -> dict[str, Any]:
@@ -76,12 +65,12 @@ def job(host_dir: Path) -> dict[str, Any]:
                  "env": [{"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": "25"}]}
     manifest["spec"]["template"] = {"spec": {"containers": [container]}}
     for role in ("ps", "worker"):
-        manifest["spec"][role] = {"template": {"spec": {"nodeSelector": {f"{PLACE}{role}": "yes"},
+        manifest["spec"][role] = {"template": {"spec": {"nodeSelector": place_selector(role),
                                                          "containers": [container]}}}
     # The chief checkpoints to a directory of the machine that every node mounts (as a
     # shared volume would be), so that a chief replaced elsewhere finds the checkpoint.
     manifest["spec"]["chief"] = {"template": {"spec": {
-        "nodeSelector": {f"{PLACE}chief": "yes"},
+        "nodeSelector": place_selector("chief"),
         "containers": [{**container,
                         "volumeMounts": [{"name": "checkpoints", "mountPath": CHECKPOINTS}]}],
         "volumes": [{"name": "checkpoints",
