@@ -23,7 +23,11 @@ is started again; one that exits 0 stays gone, as on Kubernetes. Per kill:
   or unreadable (0: it never was; a lost PS stops updates rather than lowering R);
 - all back: kill -> ``syncreplicas_live_replicas`` back at every replica.
 
-With ``--cluster`` the same three failures also hit a job on the real single-node cluster
+With ``--cluster --node-faults``: whole nodes lost instead (crashed, partitioned, drained,
+preempted) on the multi-node cluster, with the operator's node handling and under
+Kubernetes' defaults alone: bench/nodefaults.py, which this runs.
+
+With ``--cluster`` the same three failures also hit a job on the real cluster
 of `make cluster` (bench/_kuberun.py), each series right after its local twin: the chief's
 and the PS's pods deleted (``kubectl delete pod``: SIGTERM, the operator creates the
 successor, a new pod with a new IP under the same name), a worker's process SIGKILLed in
@@ -40,6 +44,7 @@ Then the steady-state cost of snapshots: global steps/s with snapshotEverySteps 
     .venv/bin/python bench/recovery.py --only ps    # one scenario (see --help)
     make cluster && .venv/bin/python bench/recovery.py --cluster --kills 5 --only chief \
         --only worker --only ps    # local and cluster side by side
+    make cluster && .venv/bin/python bench/recovery.py --cluster --node-faults --repeats 3
 """
 
 from __future__ import annotations
@@ -52,9 +57,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,87 +67,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _cluster
 import _observe as obs
 import _ours
-
-CKPT_EVERY = 100
-SNAPSHOT_EVERY = 10
-R = 3
-
-
-@dataclass(frozen=True)
-class Scenario:
-    key: str
-    name: str
-    kind: str  # chief | worker | ps
-    workers: int
-    ps: int = 1
-    min_r: int | None = None
-    snapshot_every: int | None = None  # None: the runtime's default
-    system: str = "ours"  # ours | stock
-    where: str = "local"  # local | cluster
-    target: str = ""
-    met: Callable[[list[Kill]], bool] | None = None
-
-
-@dataclass
-class Kill:
-    replica: str
-    g_before: int
-    rate_before: float | None = None
-    rate_after: float | None = None
-    lost: int | None = None
-    first_step_s: float | None = None
-    full_r_s: float | None = None
-    back_s: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ratio(self) -> float | None:
-        return obs.ratio(self.rate_after, self.rate_before)
-
-
-@dataclass
-class Series:
-    scenario: Scenario
-    startup_note: str = ""
-    kills: list[Kill] = field(default_factory=list)
-    events: Counter[str] = field(default_factory=Counter)
-
-
-def _ratios(kills: list[Kill]) -> list[float]:
-    return [k.ratio for k in kills if k.ratio is not None]
-
-
-def _lost(kills: list[Kill]) -> list[int]:
-    return [k.lost for k in kills if k.lost is not None]
-
-
-def _median_ratio_at_least(x: float) -> Callable[[list[Kill]], bool]:
-    return lambda ks: bool(_ratios(ks)) and (obs.median(_ratios(ks)) or 0) >= x
-
-
-SCENARIOS = [
-    Scenario("chief", "chief kill, 1 backup", "chief", workers=3,
-             target=">= 0.7x, 0 steps lost",
-             met=lambda ks: _median_ratio_at_least(0.7)(ks) and max(_lost(ks), default=1) == 0),
-    Scenario("worker", "worker kill, min R = R-1", "worker", workers=2, min_r=R - 1,
-             target=">= 0.7x", met=_median_ratio_at_least(0.7)),
-    Scenario("ps", f"PS kill, snapshots every {SNAPSHOT_EVERY}", "ps", workers=2, ps=2,
-             snapshot_every=SNAPSHOT_EVERY, target=f"steps lost <= {SNAPSHOT_EVERY}",
-             met=lambda ks: bool(_lost(ks)) and max(_lost(ks)) <= SNAPSHOT_EVERY),
-    Scenario("ps-no-snapshots", "PS kill, no snapshots", "ps", workers=2, ps=2,
-             snapshot_every=0, target=f"- (rollback to the checkpoint, every {CKPT_EVERY})"),
-    Scenario("stock", "stock: chief kill, 1 backup", "chief", workers=3, system="stock",
-             target="- (comparison)"),
-]
-# The same failures on the real cluster, as Kubernetes delivers them.
-SCENARIOS += [
-    replace(sc, key=f"cluster-{sc.key}", where="cluster", name={
-        "chief": "cluster: chief pod deleted, 1 backup",
-        "worker": "cluster: worker killed in its container, min R = R-1",
-        "ps": f"cluster: PS pod deleted, snapshots every {SNAPSHOT_EVERY}"}[sc.key])
-    for sc in SCENARIOS if sc.key in ("chief", "worker", "ps")
-]
-KEYS = [s.key for s in SCENARIOS]
+from _recoverycases import (
+    CKPT_EVERY,
+    KEYS,
+    SCENARIOS,
+    SNAPSHOT_EVERY,
+    Kill,
+    R,
+    Scenario,
+    Series,
+    summary,
+)
 
 
 class Supervisor:
@@ -375,34 +308,6 @@ def run_series(sc: Scenario, opts: argparse.Namespace, workdir: Path) -> Series:
     return series
 
 
-def summary(series: list[Series]) -> str:
-    lines = [
-        "| failure | kills | rate after / before median (min) | steps lost median / max "
-        "| first step s median | full R s median / max | all back s median | target | met "
-        "| other events |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for s in series:
-        ks = s.kills
-        ratios, lost = _ratios(ks), [float(x) for x in _lost(ks)]
-        full = [k.full_r_s for k in ks if k.full_r_s is not None]
-        other = "; ".join(f"{k}: {v}" for k, v in sorted(s.events.items()))
-        notes = Counter(n for k in ks for n in k.notes)
-        other = "; ".join(x for x in (s.startup_note, other, "; ".join(
-            f"{n} x{c}" for n, c in notes.items())) if x)
-        met = "n/a" if s.scenario.met is None or not ks else (
-            "yes" if s.scenario.met(ks) else "NO")
-        lines.append(
-            f"| {s.scenario.name} | {len(ks)} | {obs.fmt(obs.median(ratios), '.2f', 'x')} "
-            f"({obs.fmt(min(ratios) if ratios else None, '.2f', 'x')}) | "
-            f"{obs.fmt(obs.median(lost), '.0f')} / {obs.fmt(max(lost) if lost else None, '.0f')} | "
-            f"{obs.fmt(obs.median(k.first_step_s for k in ks), '.1f')} | "
-            f"{obs.fmt(obs.median(full), '.1f')} / {obs.fmt(max(full) if full else None, '.1f')} | "
-            f"{obs.fmt(obs.median(k.back_s for k in ks), '.1f')} | {s.scenario.target} | {met} | "
-            f"{other or '-'} |")
-    return "\n".join(lines)
-
-
 # -- the steady-state cost of snapshots --------------------------------------------------------
 
 def cost_run(every: int, opts: argparse.Namespace, workdir: Path) -> float | None:
@@ -462,6 +367,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cluster", action="store_true",
                    help="also the cluster-* scenarios, each right after its local twin "
                         "(needs `make cluster`)")
+    p.add_argument("--node-faults", action="store_true",
+                   help="with --cluster: instead, the node faults on the multi-node cluster "
+                        "(bench/nodefaults.py; its options: --repeats, --k8s-repeats, --only, "
+                        "--systems, --timeout)")
     p.add_argument("--keep-logs", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
@@ -472,6 +381,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--node-faults" in argv:
+        if "--cluster" not in argv:
+            print("bench/recovery.py: --node-faults needs --cluster", file=sys.stderr)
+            return 2
+        import nodefaults
+
+        return nodefaults.main([a for a in argv if a not in ("--node-faults", "--cluster")])
     opts = parse_args(argv)
     only = opts.only or [*KEYS, "cost"]
     if opts.cluster:

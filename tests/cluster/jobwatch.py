@@ -1,6 +1,7 @@
 """Watch a job on the cluster while faults hit it: the chief's global step and the
-checkpoints it writes, sampled in threads; where its replicas run. Shared by the node-fault
-tests and bench/nodefaults.py. It observes; the callers judge."""
+checkpoints it writes, sampled in threads; where its replicas run; what is left of a node
+(its processes, its kubelet's container logs). Shared by the node-fault tests and
+bench/nodefaults.py. It observes; the callers judge."""
 
 from __future__ import annotations
 
@@ -178,3 +179,30 @@ def events(namespace: str, reason: str) -> list[str]:
 def operator_node() -> str:
     (item,) = kube.pods(kube.RELEASE_NAMESPACE, "app.kubernetes.io/component=operator")
     return str(item["spec"]["nodeName"])
+
+
+def node_pids(name: str) -> set[int]:
+    """Every process in the node's cgroup (its daemons and its pods' containers)."""
+    index = name.rsplit("-", 1)[1]
+    found: set[int] = set()
+    for procs in Path(f"/sys/fs/cgroup/pids/srj-node-{index}").rglob("cgroup.procs"):
+        found |= {int(p) for p in procs.read_text().split()}
+    return found
+
+
+def container_log(node: str, namespace: str, pod: str) -> str:
+    """Every log line a pod's containers wrote on ``node``, read from the node's disk (its
+    kubelet's podLogsDir, which outlives a crash or a preemption)."""
+    logs = kube.node.RUN / "nodes" / node / "pod-logs"
+    return "".join(path.read_text(errors="replace")
+                   for path in sorted(logs.glob(f"{namespace}_{pod}_*/*/*.log")))  # fmt: skip
+
+
+def node_ready(name: str) -> str:
+    """The node's Ready condition status ("True", "Unknown", ...; "None" without one)."""
+    found = kube.condition(kube.kubectl_json("get", "node", name), "Ready")
+    return str(found["status"]) if found else "None"
+
+
+def node_names() -> list[str]:
+    return sorted(n["metadata"]["name"] for n in kube.kubectl_json("get", "nodes")["items"])

@@ -1,8 +1,8 @@
 """`make cluster-down` leaves nothing behind, and `make cluster` brings everything back.
 
-Runs last of the cluster tests (file order): it stops the cluster, checks that no process,
-mount, iptables rule, route or network interface of it is left, then brings it up again
-(binaries, images and chart as `make cluster` does), so the suite ends as it began.
+It stops the cluster, checks that no process, mount, iptables rule, route or network
+interface of it is left, then brings it up again with as many nodes (binaries, images and
+chart as `make cluster` does), so the tests after it find the cluster as it was.
 """
 
 from __future__ import annotations
@@ -16,16 +16,18 @@ from tests.cluster import kube
 
 @pytest.mark.timeout(1800)
 def test_down_leaves_nothing_behind_and_make_cluster_restores_it(cluster_up: None) -> None:
+    count = len(kube.kubectl_json("get", "nodes")["items"])
     down = kube.cluster("down")
     assert "down in" in down.stdout, down.stdout
     left = kube.cluster("leftovers", check=False)
     assert left.returncode == 0 and not left.stdout.strip(), left.stdout
     assert not kube.KUBECONFIG.exists()
 
-    up = subprocess.run(["make", "--no-print-directory", "cluster"], cwd=kube.REPO,
+    up = subprocess.run(["make", "--no-print-directory", "cluster", f"NODES={count}"], cwd=kube.REPO,
                         capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     assert kube.is_up()
+    assert len(kube.kubectl_json("get", "nodes")["items"]) == count
     # Again is a no-op that says so.
     again = kube.cluster("up")
     assert "already up" in again.stdout

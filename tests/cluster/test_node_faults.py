@@ -1,30 +1,42 @@
-"""A job that loses nodes: crashed, partitioned, drained, on the real multi-node cluster.
+"""A job that loses nodes: crashed, partitioned, drained, preempted, on the real cluster.
 
 One job (1 PS, a chief and 2 workers, R = 2 with minReplicasToAggregate 1; backoffLimit 0,
-so any loss counted as a failure would fail it), its replicas placed by the template's
-preferences: the PS on node A, the workers on node B, the chief beside the operator on O
-(the operator's own loss is another matter). The faults, one after another:
+so any loss counted as a failure would fail it) on four nodes: O runs the operator (its own
+loss is another matter) and, at the start, none of the job; the PS starts on A, the chief
+on B, both workers on C. Node labels that the roles' templates select steer each
+replacement to a node the next fault does not hit. The faults, one after another:
 
-1. node B crashes (both workers gone without a word): the global step does not wait for
-   the replacements (elastic R lowers to 1: the chief trains on; the gap is reported);
-   the operator replaces the workers off the dead node once the node's Lease has been
-   silent for 20 s;
-2. node A crashes with PS 0: the global step moves again within 60 s of the crash (the
-   operator force-deletes the PS pod, the new PS comes up elsewhere, the chief restores
-   its last snapshot: at most snapshotEverySteps lost);
-3. a worker's node is partitioned and healed: the worker is replaced while the old
-   process still runs; after the heal the old process is gone (its kubelet ends it, the
-   runtime's fencing refuses anything it sends meanwhile) and nothing of it counts;
-4. the PS's node is drained (Eviction API, the job's PodDisruptionBudget allows one): the
-   PS moves, the job goes on.
+1. C crashes (both workers gone without a word): the global step does not wait for the
+   replacements (elastic R lowers to 1; the gap is reported and bounded); the operator
+   replaces them once the node's Lease has been silent for 20 s; the node has no process
+   left and turns NotReady; `start` brings it back;
+2. A crashes with PS 0: the global step moves again within 60 s of the crash, at most
+   snapshotEverySteps below where it stopped (the chief restores its last snapshot);
+3. B crashes with the chief: the workers train on, and the replacement chief checkpoints
+   again, never below the last checkpoint;
+4. the chief's node is partitioned, then healed: the chief is replaced while the old
+   process still runs (it keeps running through the partition); after the heal the old
+   process is gone and nothing of it counts (its kubelet ends it, the runtime's fencing
+   refuses anything it sends meanwhile);
+5. the PS's node is drained (Eviction API; the job's PodDisruptionBudget allows one): the
+   PS hands its state over at SIGTERM, so the global step resumes where it stopped (0
+   steps lost); the node stays cordoned until uncordoned;
+6. the chief's node is preempted (SIGTERM, 15 s grace, the machine gone, its Node object
+   deleted): the chief checkpoints before it exits and is replaced; `start` registers the
+   node again.
 
 Throughout, the checkpoint's global step only grows (the chief checkpoints to a directory
-every node mounts), no restart counts against backoffLimit, and the job ends Succeeded.
+every node mounts, as a shared volume), no restart counts against backoffLimit, and the job
+ends Succeeded (the steps are slowed by a delay that every replica reads from a file on
+that shared directory; after the last fault it is lifted so the job finishes at once).
 """
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +45,16 @@ import yaml
 
 from tests.cluster import kube
 from tests.cluster.jobwatch import (
+    ROLES,
     CheckpointWatch,
     StepWatch,
     all_ready,
+    container_log,
     events,
     label_nodes,
+    node_names,
+    node_pids,
+    node_ready,
     operator_node,
     place_selector,
     placement,
@@ -46,36 +63,36 @@ from tests.cluster.jobwatch import (
 JOB = "nodes"
 SELECTOR = f"syncreplicas.io/job-name={JOB}"
 SNAPSHOT_EVERY = 10
-LEASE_GRACE = 20  # the chart's operator.nodeLeaseGraceSeconds
 PS_BACK_WITHIN = 60
-CHECKPOINTS = "/var/lib/syncreplicas/checkpoints"
+WORKERS_GAP_BOUND = 45  # s: the replacements take longer (Lease 20 s, scheduling, start)
+NODES_NEEDED = 4  # the operator's, and one per role
+SHARED = "/var/lib/syncreplicas/shared"
+DELAY_FILE = "step-delay-ms"
+MAX_STEPS = 20000
 
 
-def job(host_dir: Path) -> dict[str, Any]:
+def job(shared: Path) -> dict[str, Any]:
     manifest = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
     manifest["metadata"]["name"] = JOB
     manifest["spec"].update({"workers": 2, "replicasToAggregate": 2, "parameterServers": 1,
                              "minReplicasToAggregate": 1})  # fmt: skip
     manifest["spec"]["training"].update(
-        {"maxSteps": 9000, "checkpointEverySteps": 200, "snapshotEverySteps": SNAPSHOT_EVERY,
-         "logEverySteps": 500, "evalEverySteps": 0, "checkpointDir": CHECKPOINTS}
+        {"maxSteps": MAX_STEPS, "checkpointEverySteps": 200, "snapshotEverySteps": SNAPSHOT_EVERY,
+         "logEverySteps": 500, "evalEverySteps": 0, "checkpointDir": f"{SHARED}/checkpoints"}
     )
     manifest["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 0}
-    container = {"name": "syncreplicas",
-                 "env": [{"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": "25"}]}
-    manifest["spec"]["template"] = {"spec": {"containers": [container]}}
-    for role in ("ps", "worker"):
-        manifest["spec"][role] = {"template": {"spec": {"nodeSelector": place_selector(role),
-                                                         "containers": [container]}}}
-    # The chief checkpoints to a directory of the machine that every node mounts (as a
-    # shared volume would be), so that a chief replaced elsewhere finds the checkpoint.
-    manifest["spec"]["chief"] = {"template": {"spec": {
-        "nodeSelector": place_selector("chief"),
-        "containers": [{**container,
-                        "volumeMounts": [{"name": "checkpoints", "mountPath": CHECKPOINTS}]}],
-        "volumes": [{"name": "checkpoints",
-                     "hostPath": {"path": str(host_dir), "type": "Directory"}}],
-    }}}  # fmt: skip
+    # A directory of the machine that every node mounts (as a shared volume would be): the
+    # chief's checkpoints, found again by a chief replaced elsewhere, and the step delay.
+    container = {
+        "name": "syncreplicas",
+        "env": [{"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": f"@{SHARED}/{DELAY_FILE}"}],
+        "volumeMounts": [{"name": "shared", "mountPath": SHARED}],
+    }
+    volumes = [{"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}]
+    for role in ROLES:
+        manifest["spec"][role] = {"template": {"spec": {
+            "nodeSelector": place_selector(role), "containers": [container], "volumes": volumes,
+        }}}  # fmt: skip
     return dict(manifest)
 
 
@@ -83,94 +100,168 @@ def status(namespace: str) -> dict[str, Any]:
     return dict(kube.kubectl_json("get", "srj", JOB, "-n", namespace).get("status", {}))
 
 
-@pytest.mark.timeout(1500)
-def test_a_job_survives_crashed_partitioned_and_drained_nodes(namespace: str,
-                                                              tmp_path: Path) -> None:  # fmt: skip
-    nodes = sorted(n["metadata"]["name"] for n in kube.kubectl_json("get", "nodes")["items"])
+class Faults:
+    """The job's namespace, its step and checkpoint watches, the nodes and what brings each
+    faulted one back (run whatever happens)."""
+
+    def __init__(self, namespace: str, steps: StepWatch, checkpoints: CheckpointWatch,
+                 nodes: dict[str, str]) -> None:  # fmt: skip
+        self.namespace, self.steps, self.checkpoints, self.nodes = (
+            namespace, steps, checkpoints, nodes)
+        self.down: dict[str, str] = {}  # node -> the command that brings it back
+        self.figures: dict[str, object] = {}
+
+    def steer(self, **roles: str) -> None:
+        """Replacements of each role go to this node (by letter: O, A, B, C)."""
+        label_nodes({name: [r for r, letter in roles.items() if self.nodes[letter] == name]
+                     for name in self.nodes.values()})  # fmt: skip
+
+    def hit(self, letter: str, fault: str, *extra: str) -> tuple[str, float, str]:
+        name = self.nodes[letter]
+        at = time.monotonic()
+        out = kube.node_fault(name, fault, *extra).stdout
+        self.down[name] = {"crash": "start", "partition": "heal", "drain": "uncordon",
+                           "preempt": "start"}[fault]  # fmt: skip
+        return name, at, out
+
+    def restore(self, name: str) -> None:
+        kube.node_fault(name, self.down.pop(name))
+
+    def replaced(self, away_from: str, what: str) -> float:
+        at = time.monotonic()
+        kube.eventually(what, lambda: all_ready(self.namespace, JOB, 4, away_from), 180)
+        return time.monotonic() - at
+
+    def where(self, replica: str) -> str:
+        return placement(self.namespace, JOB)[replica]
+
+
+@contextmanager
+def watched(namespace: str, shared: Path, nodes: dict[str, str]) -> Iterator[Faults]:
+    chief = f"{JOB}-chief-0"
+    with StepWatch(namespace, chief) as steps, \
+            CheckpointWatch(shared / "checkpoints") as checkpoints:  # fmt: skip
+        faults = Faults(namespace, steps, checkpoints, nodes)
+        try:
+            yield faults
+        finally:
+            for name, command in faults.down.items():
+                kube.node_fault(name, command, check=False)
+
+
+@pytest.mark.timeout(1800)
+def test_a_job_survives_crashed_partitioned_drained_and_preempted_nodes(
+        namespace: str, tmp_path: Path) -> None:  # fmt: skip
+    names = node_names()
+    assert len(names) >= NODES_NEEDED, f"{names}: run `make cluster NODES={NODES_NEEDED}`"
     home = operator_node()
-    node_a, node_b = [n for n in nodes if n != home][:2]
-    host_dir = tmp_path / "checkpoints"
-    host_dir.mkdir()
-    host_dir.chmod(0o777)
-    label_nodes({node_a: ["ps"], node_b: ["worker"], home: ["chief"]})
-    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job(host_dir)))
+    others = [n for n in names if n != home]
+    nodes = {"O": home, "A": others[0], "B": others[1], "C": others[2]}
+    shared = tmp_path / "shared"
+    (shared / "checkpoints").mkdir(parents=True)
+    for path in (shared, shared / "checkpoints"):
+        path.chmod(0o777)
+    delay = shared / DELAY_FILE
+    delay.write_text("25")
+    label_nodes({nodes["A"]: ["ps"], nodes["B"]: ["chief"], nodes["C"]: ["worker"]})
+    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job(shared)))
     figures: dict[str, object] = {}
-    down: dict[str, str] = {}  # node -> the command that brings it back
     try:
-        chief = f"{JOB}-chief-0"
-        with StepWatch(namespace, chief) as steps, CheckpointWatch(host_dir) as checkpoints:
+        with watched(namespace, shared, nodes) as f:
+            figures = f.figures
+            steps, checkpoints = f.steps, f.checkpoints
             kube.eventually("training passes step 200", lambda: steps.last() >= 200, 240)
             where = placement(namespace, JOB)
-            assert where == {"ps-0": node_a, "worker-0": node_b, "worker-1": node_b,
-                             "chief-0": home}, where  # fmt: skip
-            # Replacements go anywhere but the operator's node (its own loss is another
-            # matter), so that every fault below hits a node without the operator.
-            label_nodes({n: ["ps", "chief", "worker"] if n != home else ["chief"] for n in nodes})
+            assert where == {"ps-0": nodes["A"], "chief-0": nodes["B"], "worker-0": nodes["C"],
+                             "worker-1": nodes["C"]}, where  # fmt: skip
 
             # 1. The workers' node crashes.
-            crashed = time.monotonic()
-            kube.node_fault(node_b, "crash")
-            down[node_b] = "start"
-            kube.eventually("the workers replaced off the crashed node",
-                            lambda: all_ready(namespace, JOB, 4, node_b), 180)
-            figures["workers' node crash: all replicas training again, s"] = round(
-                time.monotonic() - crashed, 1)
-            gap = steps.longest_gap(crashed, time.monotonic())
+            f.steer(ps="A", chief="B", worker="O")
+            name, at, _ = f.hit("C", "crash")
+            assert node_pids(name) == set(), "a crashed node's processes all stopped"
+            f.replaced(name, "the workers replaced off the crashed node")
+            figures["workers' node crash: all back, s"] = round(time.monotonic() - at, 1)
+            gap = steps.longest_gap(at, time.monotonic())
             figures["workers' node crash: longest step gap, s"] = round(gap, 1)
-            # Measured 2.3 s (elastic R lowered to 1) in one run and 27.4 s in another: the
-            # bound is that the step does not wait for the replacements to be scheduled,
-            # started and trained (about 35 s); the gap itself is reported.
-            assert gap < 45, f"the global step stopped for {gap:.1f} s"
-            kube.node_fault(node_b, down.pop(node_b))
-            assert any(node_b in m for m in events(namespace, "NodeLost"))
+            assert gap < WORKERS_GAP_BOUND, f"the global step stopped for {gap:.1f} s"
+            assert any(name in m for m in events(namespace, "NodeLost"))
+            kube.eventually(f"{name} NotReady", lambda: node_ready(name) != "True", 120)
+            f.restore(name)
 
-            # 2. The PS's node crashes.
-            ps_node = placement(namespace, JOB)["ps-0"]
-            crashed = time.monotonic()
-            kube.node_fault(ps_node, "crash")
-            down[ps_node] = "start"
+            # 2. PS 0's node crashes.
+            f.steer(ps="C", chief="B", worker="O")
+            name, at, _ = f.hit("A", "crash")
             back, lost = kube.eventually("the global step moving again after the PS's node "
-                                         "crash", lambda: steps.resumed(crashed), 180)
+                                         "crash", lambda: steps.resumed(at), 180)
             figures["PS node crash: global step moving again, s"] = round(back, 1)
             figures["PS node crash: steps lost"] = lost
             assert 0 < back <= PS_BACK_WITHIN, figures
             assert lost <= SNAPSHOT_EVERY, figures
-            kube.eventually("every replica Ready again",
-                            lambda: all_ready(namespace, JOB, 4, ps_node), 180)
-            kube.node_fault(ps_node, down.pop(ps_node))
+            f.replaced(name, "every replica Ready again after the PS's node crash")
+            f.restore(name)
 
-            # 3. A worker's node partitioned, then healed.
-            where = placement(namespace, JOB)
-            victim = where["worker-1"]
-            figures["partition: replicas on the node"] = sorted(
-                r for r, n in where.items() if n == victim)
+            # 3. The chief's node crashes.
+            f.steer(ps="C", chief="A", worker="O")
+            written = len(checkpoints.steps)
+            with StepWatch(namespace, f"{JOB}-worker-0") as seen_by_worker:
+                name, at, _ = f.hit("B", "crash")
+                f.replaced(name, "the chief replaced off the crashed node")
+            # The global step as a worker sees it (the chief's own gauge went with it).
+            figures["chief node crash: longest step gap, s"] = round(
+                seen_by_worker.longest_gap(at, time.monotonic()), 1)
+            kube.eventually("the new chief checkpointing",
+                            lambda: len(checkpoints.steps) > written + 1, 120)
+            f.restore(name)
+
+            # 4. The chief's node partitioned, then healed.
+            f.steer(ps="C", chief="B", worker="O")
             old = {p["metadata"]["uid"] for p in kube.pods(namespace, SELECTOR)
-                   if p["spec"].get("nodeName") == victim}  # fmt: skip
-            kube.node_fault(victim, "partition")
-            down[victim] = "heal"
-            kube.eventually("the partitioned node's replicas replaced",
-                            lambda: all_ready(namespace, JOB, 4, victim), 180)
-            kube.node_fault(victim, down.pop(victim))
-            kube.eventually("the old processes gone from the healed node", lambda: not (
+                   if p["spec"].get("nodeName") == nodes["A"]}  # fmt: skip
+            running = node_pids(nodes["A"])
+            name, at, _ = f.hit("A", "partition")
+            f.replaced(name, "the partitioned node's chief replaced")
+            assert running <= node_pids(name), "a partitioned node's processes keep running"
+            f.restore(name)
+            kube.eventually("the healed node Ready", lambda: node_ready(name) == "True", 120)
+            kube.eventually("the old chief gone from the healed node", lambda: not (
                 {p["metadata"]["uid"] for p in kube.pods(namespace, SELECTOR)} & old)
                 and len(kube.runtime_processes(namespace)) == 4, 120)  # fmt: skip
 
-            # 4. The PS's node drained.
+            # 5. PS 0's node drained: the PS hands its state over.
+            f.steer(ps="A", chief="B", worker="O")
             assert status(namespace).get("phase") == "Running", "the job ended before the drain"
-            ps_node = placement(namespace, JOB)["ps-0"]
-            kube.node_fault(ps_node, "drain")
-            try:
-                kube.eventually("the PS moved off the drained node",
-                                lambda: all_ready(namespace, JOB, 4, ps_node), 180)
-            finally:
-                kube.node_fault(ps_node, "uncordon")
+            name, at, _ = f.hit("C", "drain")
+            assert kube.kubectl_json("get", "node", name)["spec"].get("unschedulable") is True
+            back, lost = kube.eventually("the global step moving again after the drain",
+                                         lambda: steps.resumed(at), 180)
+            figures["PS node drain: global step moving again, s"] = round(back, 1)
+            figures["PS node drain: steps lost"] = lost
+            assert lost == 0, figures
+            f.replaced(name, "the PS moved off the drained node")
+            f.restore(name)
 
+            # 6. The chief's node preempted.
+            f.steer(ps="A", chief="C", worker="O")
+            chief_pod = kube.kubectl_json("get", "pod", f"{JOB}-chief-0", "-n", namespace)
+            name, at, out = f.hit("B", "preempt", "--grace", "15")
+            sent = re.search(r"SIGTERM to (\d+) container processes", out)
+            assert sent and int(sent.group(1)) >= 1, out
+            assert name not in node_names(), "a preempted node's Node object is deleted"
+            said = re.findall(r"SIGTERM: checkpoint at global step (\d+)",
+                              container_log(name, namespace, f"{JOB}-chief-0"))
+            assert said, f"the preempted chief ({chief_pod['metadata']['uid']}) checkpointed"
+            figures["chief node preemption: checkpoint at SIGTERM, step"] = int(said[-1])
+            f.replaced(name, "the chief replaced off the preempted node")
+            f.restore(name)
+            assert name in node_names() and node_ready(name) == "True"
+
+            delay.write_text("0")
             kube.kubectl("wait", "-n", namespace, f"srj/{JOB}", "--for=condition=Succeeded",
                          "--timeout=600s", timeout=620)  # fmt: skip
         final = status(namespace)
         figures["checkpoints"] = checkpoints.steps
         assert checkpoints.steps == sorted(checkpoints.steps), checkpoints.steps
-        assert final["globalStep"] >= 9000
+        assert final["globalStep"] >= MAX_STEPS
         counts = final.get("replicaStatuses", {})
         assert all(c.get("failed", 0) == 0 for c in counts.values()), counts
         print("figures:", figures)
@@ -178,8 +269,6 @@ def test_a_job_survives_crashed_partitioned_and_drained_nodes(namespace: str,
         described = kube.describe(namespace, "srj", JOB)
         raise AssertionError(f"{error}\n{figures}\n{described}") from error
     finally:
-        for name, command in down.items():
-            kube.node_fault(name, command, check=False)
-        label_nodes({n: [] for n in nodes})
-        for name in nodes:
+        label_nodes({n: [] for n in node_names()})
+        for name in node_names():
             kube.kubectl("uncordon", name, check=False)
