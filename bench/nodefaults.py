@@ -13,7 +13,8 @@ labelled for every role so that replacements go anywhere. The faults are hack/cl
 
     crash-ps          node A crashes (PS 0 on it)
     crash-worker      node B crashes (worker-1 on it; the backup absorbs it)
-    crash-chief       the chief's node crashes (the chief placed alone on node B)
+    crash-chief       the chief's node crashes (the chief alone on node B, a worker beside
+                      the PS on A)
     partition-worker  node B is cut off; healed once every replica trains again
     drain-ps          node A is drained (Eviction API; the job's PodDisruptionBudget)
     preempt-worker    node B is preempted (SIGTERM with 15 s grace, then gone)
@@ -133,7 +134,7 @@ def layout(fault: str, nodes: list[str], home: str) -> tuple[dict[str, list[str]
     """Which node starts with which roles, and the node the fault hits."""
     node_a, node_b = [n for n in nodes if n != home][:2]
     if fault == "crash-chief":
-        return {node_a: ["ps"], node_b: ["chief"], home: ["worker"]}, node_b
+        return {node_a: ["ps", "worker"], node_b: ["chief"], home: ["worker"]}, node_b
     assignments = {node_a: ["ps"], node_b: ["worker"], home: ["chief", "worker"]}
     return assignments, node_a if fault.endswith("-ps") else node_b
 
