@@ -5,6 +5,7 @@ bench/nodefaults.py. It observes; the callers judge."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import threading
@@ -206,3 +207,21 @@ def node_ready(name: str) -> str:
 
 def node_names() -> list[str]:
     return sorted(n["metadata"]["name"] for n in kube.kubectl_json("get", "nodes")["items"])
+
+
+def updates(path: Path) -> list[tuple[float, int, int]]:
+    """PS 0's record of its updates (``SYNCREPLICAS_DEBUG_UPDATES_FILE``): (unix time, global
+    step after it, gradients aggregated), in the order written."""
+    found = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        fields = line.split()
+        if len(fields) == 3:
+            found.append((float(fields[1]), int(fields[0]), int(fields[2])))
+    return found
+
+
+def longest_without_update(path: Path, since: float, until: float) -> float:
+    """The longest time (s) between ``since`` and ``until`` (unix time) without an update."""
+    times = [at for at, _, _ in updates(path) if since <= at <= until]
+    edges = [since, *times, until]
+    return max(b - a for a, b in itertools.pairwise(edges))

@@ -23,8 +23,9 @@ def test_down_leaves_nothing_behind_and_make_cluster_restores_it(cluster_up: Non
     assert left.returncode == 0 and not left.stdout.strip(), left.stdout
     assert not kube.KUBECONFIG.exists()
 
-    up = subprocess.run(["make", "--no-print-directory", "cluster", f"NODES={count}"], cwd=kube.REPO,
-                        capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+    up = subprocess.run(["make", "--no-print-directory", "cluster", f"NODES={count}"],
+                        cwd=kube.REPO, capture_output=True, text=True, timeout=900,
+                        check=False)  # fmt: skip
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     assert kube.is_up()
     assert len(kube.kubectl_json("get", "nodes")["items"]) == count
