@@ -15,7 +15,7 @@ import kopf
 
 from ..core import naming
 from ..core.status import ObservedPod, job_name_of, observe_pod
-from . import daemon
+from . import daemon, election
 from . import settings as operator_settings
 
 JOBS = (naming.GROUP, naming.VERSION, naming.PLURAL)
@@ -28,15 +28,26 @@ add_arguments = operator_settings.add_arguments
 def main(args: argparse.Namespace) -> int:
     """Run the operator until interrupted."""
     operator_settings.configure(args)
-    daemon.metrics()  # register the metric families before the first scrape
+    metrics = daemon.metrics()  # register the metric families before the first scrape
     operator_settings.serve_metrics(args)
+    elector = None
+    if args.leader_elect == "on":
+        elector = election.elector(args, lambda leads: metrics.leader.set(int(leads)))
+        if not elector.acquire():
+            return 0
+    else:
+        metrics.leader.set(1)
     namespaces = list(args.namespace)
-    kopf.run(
-        standalone=True,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        liveness_endpoint=operator_settings.liveness_endpoint(args),
-    )
+    try:
+        kopf.run(
+            standalone=True,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=operator_settings.liveness_endpoint(args),
+        )
+    finally:
+        if elector is not None:
+            elector.release()  # kopf has stopped: a follower may act at once
     return 0
 
 

@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client import start_http_server
 
 from ..core import manifests
+from ..core.leader import Timings
 from ..core.nodes import DEFAULT_LEASE_GRACE_SECONDS
 
 log = logging.getLogger("syncreplicas.operator")
 
 DEFAULT_METRICS_PORT: Final = 8080
 DEFAULT_LIVENESS_PORT: Final = 8081
+DEFAULT_LEASE_NAME: Final = "syncreplicas-operator"
 
 
 @dataclass
@@ -102,6 +105,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a node whose kubelet has not renewed its Lease for this long is lost (the "
         "kubelet renews every 10 s; default: %(default)s)",
     )
+    parser.add_argument(
+        "--leader-elect",
+        choices=("on", "off"),
+        default="off",
+        help="run as one of several replicas: act only while holding the leader Lease "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--leader-election-namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        help="namespace of the leader Lease (default: $POD_NAMESPACE, else %(default)s)",
+    )
+    parser.add_argument(
+        "--leader-election-id",
+        default=DEFAULT_LEASE_NAME,
+        help="name of the leader Lease (default: %(default)s)",
+    )
+    defaults = Timings()
+    parser.add_argument(
+        "--leader-election-lease-duration",
+        type=float,
+        default=defaults.lease_duration,
+        help="seconds a follower waits, after the Lease last changed, before taking it "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--leader-election-renew-deadline",
+        type=float,
+        default=defaults.renew_deadline,
+        help="seconds a leader may go without renewing before it stops (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--leader-election-retry-period",
+        type=float,
+        default=defaults.retry_period,
+        help="seconds between two looks at (or renewals of) the Lease (default: %(default)s)",
+    )
     parser.add_argument("--verbose", action="store_true", help="debug logging")
 
 
@@ -129,6 +169,14 @@ def configure(args: argparse.Namespace) -> None:
         raise SystemExit("--node-lease-grace-seconds must be > 0")
     SETTINGS.node_loss_handling = args.node_loss_handling == "on"
     SETTINGS.node_lease_grace = args.node_lease_grace_seconds
+    if problems := election_timings(args).problems():
+        raise SystemExit(f"--leader-election-*: {'; '.join(problems)}")
+
+
+def election_timings(args: argparse.Namespace) -> Timings:
+    return Timings(lease_duration=args.leader_election_lease_duration,
+                   renew_deadline=args.leader_election_renew_deadline,
+                   retry_period=args.leader_election_retry_period)  # fmt: skip
 
 
 def serve_metrics(args: argparse.Namespace) -> None:

@@ -1,4 +1,5 @@
-"""RFC 3339 timestamps as Kubernetes writes them (UTC, second precision), both ways."""
+"""RFC 3339 timestamps as Kubernetes writes them (UTC; second or microsecond precision),
+both ways."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ from datetime import UTC, datetime
 def format_time(moment: datetime) -> str:
     """RFC 3339 in UTC, second precision, as Kubernetes writes timestamps."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_micro_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with microseconds: a MicroTime (a Lease's acquireTime, renewTime)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_time(value: object) -> datetime | None:

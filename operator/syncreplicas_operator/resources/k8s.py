@@ -76,6 +76,28 @@ def collection_path(kind: str, namespace: str, api_version: str = "") -> str:
     return f"{prefix}/namespaces/{namespace}/{plural}"
 
 
+def request(api_client: client.ApiClient, method: str, path: str, body: Any = None,
+            content_type: str = JSON, ok: tuple[int, ...] = (),
+            timeout: float = 30.0) -> tuple[int, Any]:  # fmt: skip
+    """One HTTP request: (status, JSON body) for 2xx, (status, None) for a status in ``ok``,
+    else ApiError."""
+    params = api_client.param_serialize(
+        method=method,
+        resource_path=path,
+        header_params={"Accept": JSON, "Content-Type": content_type},
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    response = api_client.call_api(*params, _request_timeout=timeout)
+    raw = response.read()
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw or "")
+    if 200 <= response.status < 300:
+        return response.status, json.loads(text) if text else None
+    if response.status in ok:
+        return response.status, None
+    raise ApiError(method, path, response.status, text)
+
+
 class Api:
     """Idempotent writes; every method is blocking (call from a worker thread).
 
@@ -99,23 +121,9 @@ class Api:
         content_type: str = JSON,
         ok: tuple[int, ...] = (),
     ) -> tuple[int, Any]:
-        params = self.client.param_serialize(
-            method=method,
-            resource_path=path,
-            header_params={"Accept": JSON, "Content-Type": content_type},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
         with self._lock:
             self.requests += 1
-        response = self.client.call_api(*params, _request_timeout=30)
-        raw = response.read()
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw or "")
-        if 200 <= response.status < 300:
-            return response.status, json.loads(text) if text else None
-        if response.status in ok:
-            return response.status, None
-        raise ApiError(method, path, response.status, text)
+        return request(self.client, method, path, body, content_type, ok)
 
     # -- children ---------------------------------------------------------------------
 

@@ -55,6 +55,12 @@ class OperatorMetrics:
             "Straggler pods deleted under runPolicy.stragglerPolicy.",
             registry=registry,
         )
+        self.leader = Gauge(
+            "syncreplicas_operator_leader",
+            "1 on the operator replica that acts (holds the leader Lease), else 0; 1 when "
+            "leader election is off.",
+            registry=registry,
+        )
         for cause in recovery.CAUSES:
             self.recoveries.labels(cause=cause)  # every cause exported, even at zero
         self._counters: dict[str, Counter] = {

@@ -1,0 +1,161 @@
+"""Leader election for ``syncreplicas operator --leader-elect`` (rules: core/leader.py).
+
+Before kopf starts, the process waits to hold the Lease: a follower watches nothing and
+writes nothing, it only reads the Lease every retry period. Once leader, one thread renews
+and another watches the time since the last renewal: past the renew deadline the process
+exits at once (``os._exit``: no handler of kopf gets to write after that); the kubelet
+restarts the container, which comes back as a follower. When kopf has stopped (SIGTERM),
+the leader releases the Lease so that a follower takes over at its next look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from ..core.leader import (
+    Decision,
+    Observation,
+    Timings,
+    decide,
+    next_record,
+    observe,
+    released,
+    still_leading,
+)
+from ..core.timefmt import format_micro_time
+from ..resources.leaderlease import LeaseStore
+from .daemon import api
+from .settings import election_timings
+
+log = logging.getLogger("syncreplicas.operator")
+
+LOST_LEADERSHIP_EXIT = 3  # exit code of a leader that could not renew in time
+WATCHDOG_SECONDS = 0.2
+
+
+def identity() -> str:
+    """This process's name in the Lease: its pod (POD_NAME, else the host name) and a
+    random suffix, so that a restarted container is a new candidate."""
+    pod = os.environ.get("POD_NAME") or os.uname().nodename
+    return f"{pod}_{uuid.uuid4().hex[:8]}"
+
+
+def now_text() -> str:
+    return format_micro_time(datetime.now(UTC))
+
+
+class Elector:
+    def __init__(self, store: LeaseStore, me: str, timings: Timings,
+                 on_change: Callable[[bool], None],
+                 on_lost: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.store, self.me, self.timings, self.clock = store, me, timings, clock
+        self.on_change = on_change
+        self.on_lost = on_lost if on_lost is not None else lambda: os._exit(LOST_LEADERSHIP_EXIT)
+        self.observed: Observation | None = None
+        self.last_renewed: float | None = None
+        self.leading = False
+        self._stop = threading.Event()
+
+    def look(self) -> bool:
+        """Read the Lease once and write it if this replica may hold it; True when it
+        holds it afterwards. A failed request counts as not holding it."""
+        began = self.clock()
+        try:
+            record = self.store.read()
+            self.observed = observe(self.observed, record, began)
+            decision = decide(self.me, self.observed, began)
+            if decision is Decision.WAIT:
+                return False
+            written = next_record(self.me, record, decision, now_text(), self.timings)
+            if not self.store.write(written):
+                return False
+        except Exception as err:  # the API unreachable, a timeout, a refusal
+            log.debug("leader election: %s: %s", type(err).__name__, err)
+            return False
+        self.observed = observe(self.observed, written, self.clock())
+        # When the request began: the renewal is at least this fresh, never fresher.
+        self.last_renewed = began
+        return True
+
+    def acquire(self) -> bool:
+        """Block until this replica leads (True) or :meth:`stop` is called (False)."""
+        holder = None
+        while not self._stop.is_set():
+            if self.look():
+                self._gain()
+                return True
+            current = self.holder()
+            if current != holder:
+                holder = current
+                log.info("leader election: following %s", holder or "nobody (lease free)")
+            self._stop.wait(self.timings.retry_period)
+        return False
+
+    def holder(self) -> str | None:
+        """Who holds the Lease as last read ("" when free, None before any reading)."""
+        record = self.observed.record if self.observed is not None else None
+        return record.holder if record is not None else None
+
+    def _gain(self) -> None:
+        self.leading = True
+        log.info("leader election: %s leads (lease %s/%s)", self.me, self.store.namespace,
+                 self.store.name)  # fmt: skip
+        self.on_change(True)
+        threading.Thread(target=self._renew, name="leader-renew", daemon=True).start()
+        threading.Thread(target=self._watchdog, name="leader-watchdog", daemon=True).start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.timings.retry_period):
+            if not self.look() and self.holder() not in (None, "", self.me):
+                self._lose(f"the lease is held by {self.holder()}")
+                return
+
+    def _watchdog(self) -> None:
+        while not self._stop.wait(WATCHDOG_SECONDS):
+            if self.last_renewed is not None and not still_leading(
+                    self.last_renewed, self.clock(), self.timings):  # fmt: skip
+                self._lose(f"no renewal for {self.timings.renew_deadline:.0f}s")
+                return
+
+    def _lose(self, why: str) -> None:
+        if not self.leading or self._stop.is_set():
+            return
+        self.leading = False
+        log.error("leader election: %s lost the lease (%s); stopping", self.me, why)
+        self.on_change(False)
+        self.on_lost()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def release(self) -> None:
+        """Stop renewing; if this replica still holds the Lease, free it."""
+        self.stop()
+        if not self.leading:
+            return
+        self.leading = False
+        try:
+            record = self.store.read()
+            if record is not None and record.holder == self.me:
+                self.store.write(released(record, now_text()))
+                log.info("leader election: %s released the lease", self.me)
+        except Exception as err:
+            log.warning("leader election: release failed (%s: %s); the lease expires in %.0fs",
+                        type(err).__name__, err, self.timings.lease_duration)  # fmt: skip
+        self.on_change(False)
+
+
+def elector(args: argparse.Namespace, on_change: Callable[[bool], None]) -> Elector:
+    """The elector ``syncreplicas operator --leader-elect on`` runs, from its arguments."""
+    timings = election_timings(args)
+    store = LeaseStore(api().client, args.leader_election_namespace, args.leader_election_id,
+                       timeout=max(1.0, timings.renew_deadline / 2))  # fmt: skip
+    return Elector(store, identity(), timings, on_change)

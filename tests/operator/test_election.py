@@ -1,0 +1,119 @@
+"""Leader election's loop (controller/election.py) with real threads and timers, against an
+in-memory Lease with the API server's conflict rule (a write must carry the
+resourceVersion it read). Short timings: lease 1.2 s, renew deadline 0.8 s, retry 0.1 s.
+
+- Of two candidates one leads; the other follows and writes nothing.
+- The leader's release lets the follower lead at its next look.
+- A leader cut off from the API stops (on_lost) before the follower takes the Lease over:
+  never two at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from syncreplicas_operator.controller.election import WATCHDOG_SECONDS, Elector
+from syncreplicas_operator.core.leader import LeaseRecord, Timings
+
+TIMINGS = Timings(lease_duration=1.2, renew_deadline=0.8, retry_period=0.1)
+
+
+@dataclass
+class Lease:
+    """One Lease as the API server keeps it."""
+
+    record: LeaseRecord | None = None
+    version: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    writes: list[tuple[float, str]] = field(default_factory=list)  # (time, holder)
+
+
+class Store:
+    """LeaseStore's interface over :class:`Lease`; ``cut`` makes every request fail."""
+
+    namespace, name = "ops", "leader"
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.read_version: int | None = None
+        self.cut = False
+
+    def read(self) -> LeaseRecord | None:
+        if self.cut:
+            raise TimeoutError("cut off")
+        with self.lease.lock:
+            self.read_version = self.lease.version if self.lease.record else None
+            return self.lease.record
+
+    def write(self, record: LeaseRecord) -> bool:
+        if self.cut:
+            raise TimeoutError("cut off")
+        with self.lease.lock:
+            current = self.lease.version if self.lease.record else None
+            if current != self.read_version:
+                return False  # 409 Conflict
+            self.lease.record = record
+            self.lease.version += 1
+            self.read_version = self.lease.version
+            self.lease.writes.append((time.monotonic(), record.holder))
+            return True
+
+
+class Candidate:
+    def __init__(self, name: str, lease: Lease) -> None:
+        self.store = Store(lease)
+        self.changes: list[tuple[float, bool]] = []
+        self.lost = threading.Event()
+        self.elector = Elector(self.store, name, TIMINGS,  # type: ignore[arg-type]
+                               lambda leads: self.changes.append((time.monotonic(), leads)),
+                               on_lost=self.lost.set)  # fmt: skip
+        self.acquired = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        if self.elector.acquire():
+            self.acquired.set()
+
+
+def wait(event: threading.Event, timeout: float = 5.0) -> None:
+    assert event.wait(timeout), "not within the time"
+
+
+def test_one_leads_and_the_other_takes_over_at_once_after_a_release() -> None:
+    lease = Lease()
+    a = Candidate("a", lease)
+    wait(a.acquired)
+    b = Candidate("b", lease)
+    time.sleep(1.0)  # longer than the lease duration: a renews, b keeps following
+    assert not b.acquired.is_set() and lease.record is not None and lease.record.holder == "a"
+    assert {holder for _, holder in lease.writes} == {"a"}, "a follower writes nothing"
+    released_at = time.monotonic()
+    a.elector.release()
+    assert lease.record is not None and lease.record.holder == ""
+    wait(b.acquired)
+    assert time.monotonic() - released_at < 3 * TIMINGS.retry_period
+    assert lease.record.holder == "b" and lease.record.transitions == 1
+    assert a.changes[-1][1] is False and b.changes == [(b.changes[0][0], True)]
+    b.elector.release()
+
+
+def test_a_leader_cut_off_stops_before_anyone_else_leads() -> None:
+    lease = Lease()
+    a = Candidate("a", lease)
+    wait(a.acquired)
+    b = Candidate("b", lease)
+    time.sleep(0.3)
+    a.store.cut = True
+    wait(a.lost)
+    stopped_at = a.changes[-1][0]
+    wait(b.acquired)
+    took_over_at = b.changes[0][0]
+    # The old leader stopped acting before the new one started: by the lease duration
+    # minus the renew deadline, less the watchdog's period and a retry period of jitter.
+    margin = (TIMINGS.lease_duration - TIMINGS.renew_deadline - WATCHDOG_SECONDS
+              - TIMINGS.retry_period)
+    assert took_over_at - stopped_at > margin > 0
+    assert lease.record is not None and lease.record.holder == "b"
+    b.elector.release()
