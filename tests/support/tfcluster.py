@@ -13,6 +13,9 @@ One job: process management for tests and benchmarks. Standard library only.
 
 Every process runs ``python -m syncreplicas_runtime`` in its own process group, with its
 stdout and stderr in ``workdir/<role>-<index>.log`` (restarts append to the same file).
+With ``SYNCREPLICAS_WARM_START=1`` each is forked from one warm-start server per test
+session instead (syncreplicas_runtime.warmstart: TensorFlow imported once, not by every
+process), where its environment allows (syncreplicas_operator.local.warmstart).
 gRPC and metrics ports are free ports picked here; ``job["workers"]`` and
 ``job["parameterServers"]`` are overwritten with the shape given. ``metrics.port: 0`` in
 ``job`` (or ``SYNCREPLICAS_METRICS_PORT=0`` in ``env``) runs without metrics servers.
@@ -20,6 +23,7 @@ gRPC and metrics ports are free ports picked here; ``job["workers"]`` and
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import json
@@ -28,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -36,6 +41,21 @@ from pathlib import Path
 from typing import Any
 
 ROLES_ORDER = ("ps", "chief", "worker")
+_WARM: list[Any] = []  # the session's warm-start server, once started
+
+
+def warm_server() -> Any:
+    """The warm-start server of this test session (started on first use) when
+    ``SYNCREPLICAS_WARM_START=1``, else None."""
+    if os.environ.get("SYNCREPLICAS_WARM_START", "0") != "1":
+        return None
+    if not _WARM:
+        from syncreplicas_operator.local.warmstart import WarmServer
+
+        home = Path(tempfile.mkdtemp(prefix="syncreplicas-warm-"))
+        _WARM.append(WarmServer(home / "warm.sock", home / "server.log"))
+        atexit.register(_WARM[0].stop)
+    return _WARM[0]
 
 
 def free_port() -> int:
@@ -55,7 +75,7 @@ class Replica:
     metrics_port: int
     env: dict[str, str]
     log_path: Path
-    popen: subprocess.Popen[bytes] | None = None
+    popen: Any = None  # subprocess.Popen, or a warmstart.WarmProcess
     starts: int = 0
     exit_codes: list[int] = field(default_factory=list)
 
@@ -101,6 +121,15 @@ class LocalCluster:
         with open(r.log_path, "ab") as log:
             log.write(f"--- tfcluster: start #{r.starts} of {r.role}-{r.index} ---\n".encode())
             log.flush()
+            server = warm_server()
+            if server is not None and server.accepts(r.env):
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                try:
+                    r.popen = server.spawn(r.env, os.getcwd(), devnull, log.fileno(),
+                                           log.fileno())  # fmt: skip
+                finally:
+                    os.close(devnull)
+                return
             r.popen = subprocess.Popen(
                 [sys.executable, "-m", "syncreplicas_runtime"],
                 env=r.env,
