@@ -11,6 +11,7 @@ the leader releases the Lease so that a follower takes over at its next look.
 from __future__ import annotations
 
 import argparse
+import http.server
 import logging
 import os
 import threading
@@ -159,3 +160,25 @@ def elector(args: argparse.Namespace, on_change: Callable[[bool], None]) -> Elec
     store = LeaseStore(api().client, args.leader_election_namespace, args.leader_election_id,
                        timeout=max(1.0, timings.renew_deadline / 2))  # fmt: skip
     return Elector(store, identity(), timings, on_change)
+
+
+class FollowerHealth:
+    """``/healthz`` on the liveness port while this replica waits to lead (kopf serves it
+    once it runs): a follower is alive, so its kubelet leaves it alone."""
+
+    def __init__(self, port: int) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200 if self.path == "/healthz" else 404)
+                self.end_headers()
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("0.0.0.0", port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        """Free the port for kopf."""
+        self.server.shutdown()
+        self.server.server_close()

@@ -33,8 +33,14 @@ def main(args: argparse.Namespace) -> int:
     elector = None
     if args.leader_elect == "on":
         elector = election.elector(args, lambda leads: metrics.leader.set(int(leads)))
-        if not elector.acquire():
-            return 0
+        health = election.FollowerHealth(args.liveness_port) if args.liveness_port \
+            else None  # fmt: skip
+        try:
+            if not elector.acquire():
+                return 0
+        finally:
+            if health is not None:
+                health.close()
     else:
         metrics.leader.set(1)
     namespaces = list(args.namespace)

@@ -1,4 +1,4 @@
-"""The operator's leader Lease in the API: read it, create it, replace it (conditionally on
+"""The operator's leader Lease in the API: read it, create it, update it (conditionally on
 the resourceVersion read). The rules are ``core/leader.py``'s; the loop is
 ``controller/election.py``'s.
 
@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client
 
 from ..core.leader import LeaseRecord, lease_spec, record_of
-from .k8s import request
+from .k8s import MERGE_PATCH, request
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
@@ -32,11 +32,11 @@ class LeaseStore:
         if status == 404:
             self.resource_version = None
             return None
-        self.resource_version = str(lease["metadata"]["resourceVersion"])
+        self.resource_version = str(lease["metadata"].get("resourceVersion") or "")
         return record_of(lease)
 
     def write(self, record: LeaseRecord) -> bool:
-        """Create the Lease (none was read) or replace the one read; False when another
+        """Create the Lease (none was read) or update the one read; False when another
         replica wrote first (409 Conflict) or created it meanwhile."""
         body: dict[str, Any] = {
             "apiVersion": "coordination.k8s.io/v1",
@@ -48,10 +48,13 @@ class LeaseStore:
             status, lease = request(self.client, "POST", self.collection, body, ok=(409,),
                                     timeout=self.timeout)  # fmt: skip
         else:
-            body["metadata"]["resourceVersion"] = self.resource_version
-            status, lease = request(self.client, "PUT", self.path, body, ok=(409,),
-                                    timeout=self.timeout)  # fmt: skip
+            # A merge patch of the whole spec, with the resourceVersion read as its
+            # precondition (the API server answers 409 when the Lease changed since).
+            if self.resource_version:  # (an API server always gives one; a mock may not)
+                body["metadata"]["resourceVersion"] = self.resource_version
+            status, lease = request(self.client, "PATCH", self.path, body, MERGE_PATCH,
+                                    ok=(409,), timeout=self.timeout)  # fmt: skip
         if status == 409:
             return False
-        self.resource_version = str(lease["metadata"]["resourceVersion"])
+        self.resource_version = str(lease["metadata"].get("resourceVersion") or "")
         return True
