@@ -6,6 +6,7 @@ bench/nodefaults.py. It observes; the callers judge."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import subprocess
 import threading
@@ -203,6 +204,16 @@ def node_ready(name: str) -> str:
     """The node's Ready condition status ("True", "Unknown", ...; "None" without one)."""
     found = kube.condition(kube.kubectl_json("get", "node", name), "Ready")
     return str(found["status"]) if found else "None"
+
+
+def node_daemons(name: str) -> dict[str, int | None]:
+    """The pid of each of the node's daemons (containerd, kubelet, kube-proxy; None when not
+    running), as `cluster.py nodes` reports them."""
+    for line in kube.cluster("nodes").stdout.splitlines():
+        node, _, facts = line.partition(" ")
+        if node == name:
+            return dict(json.loads(facts)["daemons"])
+    raise AssertionError(f"{name} is not a node of the cluster")
 
 
 def node_names() -> list[str]:

@@ -14,10 +14,10 @@ replacement to a node the next fault does not hit. The faults, one after another
    snapshotEverySteps below where it stopped (the chief restores its last snapshot);
 3. B crashes with the chief: the workers train on, and the replacement chief checkpoints
    again, never below the last checkpoint;
-4. the chief's node is partitioned, then healed: the chief is replaced while the old
-   process still runs (it keeps running through the partition); after the heal the old
-   process is gone and nothing of it counts (its kubelet ends it, the runtime's fencing
-   refuses anything it sends meanwhile);
+4. the chief's node is partitioned, then healed: the chief is replaced while the node and
+   its daemons still run, cut off; after the heal the old chief's process is gone and
+   nothing of it counts (its kubelet ends it, the runtime's fencing refuses anything it
+   sends meanwhile);
 5. the PS's node is drained (Eviction API; the job's PodDisruptionBudget allows one): the
    PS hands its state over at SIGTERM, so the global step resumes where it stopped (0
    steps lost); the node stays cordoned until uncordoned;
@@ -53,6 +53,7 @@ from tests.cluster.jobwatch import (
     events,
     label_nodes,
     longest_without_update,
+    node_daemons,
     node_names,
     node_pids,
     node_ready,
@@ -234,11 +235,10 @@ def test_a_job_survives_crashed_partitioned_drained_and_preempted_nodes(
             f.steer(ps="C", chief="B", worker="O")
             old = {p["metadata"]["uid"] for p in kube.pods(namespace, SELECTOR)
                    if p["spec"].get("nodeName") == nodes["A"]}  # fmt: skip
-            old_chief = node_pids(nodes["A"]) & set(kube.runtime_processes(namespace))
-            assert old_chief, "the chief's process runs on node A"
+            daemons = node_daemons(nodes["A"])
             name, at, _ = f.hit("A", "partition")
             f.replaced(name, "the partitioned node's chief replaced")
-            assert old_chief <= node_pids(name), "a partitioned node's processes keep running"
+            assert node_daemons(name) == daemons, "a partitioned node's daemons keep running"
             f.restore(name)
             kube.eventually("the healed node Ready", lambda: node_ready(name) == "True", 120)
             kube.eventually("the old chief gone from the healed node", lambda: not (
