@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.cluster import kube
 from tests.cluster.jobwatch import (
+    RESTORE,
     ROLES,
     StepWatch,
     all_ready,
@@ -165,10 +166,8 @@ def run_cell(system: str, fault: str, repeat: int, opts: argparse.Namespace) -> 
             at = time.monotonic()
             kind = fault.split("-")[0]
             extra = ("--grace", "15") if kind == "preempt" else ()
-            kube.node_fault(victim, {"crash": "crash", "partition": "partition",
-                                     "drain": "drain", "preempt": "preempt"}[kind], *extra)
-            restore = {"crash": "start", "partition": "heal", "drain": "uncordon",
-                       "preempt": "start"}[kind]
+            kube.node_fault(victim, kind, *extra)
+            restore = RESTORE[kind]
             deadline = at + opts.timeout
             while time.monotonic() < deadline:
                 if cell.moving_again is None and (resumed := steps.resumed(at)):

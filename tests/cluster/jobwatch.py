@@ -183,6 +183,10 @@ def operator_node() -> str:
     return str(item["spec"]["nodeName"])
 
 
+# What undoes each node fault of `cluster.py node NAME FAULT`.
+RESTORE = {"crash": "start", "partition": "heal", "drain": "uncordon", "preempt": "start"}
+
+
 def node_pids(name: str) -> set[int]:
     """Every process in the node's cgroup (its daemons and its pods' containers)."""
     index = name.rsplit("-", 1)[1]

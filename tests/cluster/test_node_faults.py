@@ -45,6 +45,7 @@ import yaml
 
 from tests.cluster import kube
 from tests.cluster.jobwatch import (
+    RESTORE,
     ROLES,
     CheckpointWatch,
     StepWatch,
@@ -131,8 +132,7 @@ class Faults:
         name = self.nodes[letter]
         at = time.monotonic()
         out = kube.node_fault(name, fault, *extra).stdout
-        self.down[name] = {"crash": "start", "partition": "heal", "drain": "uncordon",
-                           "preempt": "start"}[fault]  # fmt: skip
+        self.down[name] = RESTORE[fault]
         return name, at, out
 
     def restore(self, name: str) -> None:

@@ -1,6 +1,7 @@
 """Start a local syncreplicas cluster (PS, chief, workers) as real processes on 127.0.0.1.
 
-One job: process management for tests and benchmarks. Standard library only.
+One job: process management for tests and benchmarks. Standard library only (and, with
+``SYNCREPLICAS_WARM_START=1``, the operator's standard-library warm-start client).
 
     from tests.support.tfcluster import start_cluster
 

@@ -189,4 +189,3 @@ def serve_metrics(args: argparse.Namespace) -> None:
 def liveness_endpoint(args: argparse.Namespace) -> str | None:
     """kopf's liveness endpoint URL, or None when ``--liveness-port 0``."""
     return f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
-
