@@ -10,6 +10,8 @@ path that needs it.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -102,8 +104,15 @@ async def cluster(kmock: kmock.KubernetesEmulator, tmp_path: Path) -> AsyncItera
         await c.close()
 
 
+def election_args() -> list[str]:
+    """The chart's leader-election arguments of the operator, as rendered."""
+    container = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    return [a for a in container["args"] if a.startswith("--leader-elect")]
+
+
 async def test_rbac_covers_exactly_what_the_operator_does(cluster: Cluster) -> None:
-    operator = await cluster.start_operator()
+    # As the chart runs it: one of several replicas, leading through the Lease.
+    operator = await cluster.start_operator(*election_args())
     # A job through its whole life (gang-scheduled: its PodGroup comes and goes), deleted
     # by its TTL.
     run_policy = {
@@ -162,6 +171,9 @@ async def test_rbac_covers_exactly_what_the_operator_does(cluster: Cluster) -> N
     assert (metric_value(metrics, "syncreplicas_operator_pods_created_total") or 0) >= 6
     assert (metric_value(metrics, "syncreplicas_operator_reconcile_seconds_count") or 0) > 0
 
+    # Stopped (SIGTERM), the leader releases the Lease.
+    os.killpg(operator.proc.pid, signal.SIGTERM)
+    await cluster.wait_for(lambda: operator.proc.poll() is not None, what="the operator's exit")
     used = used_permissions(cluster)
     for sets in ([], [f"watchNamespace={NAMESPACE}"]):
         granted = granted_permissions(sets)

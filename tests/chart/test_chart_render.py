@@ -135,11 +135,12 @@ def test_monitoring_objects_only_when_enabled_and_api_present(values: Path | Non
 
 
 NODE_RBAC = ("-nodes", "-node-leases")
+LEADER_RBAC = "-leader-election"  # test_chart_operator_replicas.py
 
 
 def job_rbac(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The operator's objects without the node-loss handling's read-only roles."""
-    return [o for o in objects if not o["metadata"]["name"].endswith(NODE_RBAC)]
+    """The operator's objects without node-loss handling's and leader election's roles."""
+    return [o for o in objects if not o["metadata"]["name"].endswith((*NODE_RBAC, LEADER_RBAC))]
 
 
 def test_default_install_is_cluster_wide() -> None:
@@ -293,9 +294,7 @@ def test_operator_deployment_is_probed_hardened_and_bounded() -> None:
     assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
     # A writable /tmp, since the root filesystem is read-only.
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
-    # A single operator: two would fight over the same jobs.
-    assert deploy["spec"]["replicas"] == 1
-    assert deploy["spec"]["strategy"]["type"] == "Recreate"
+    # Replicas and their rollout: test_chart_operator_replicas.py.
     selector = deploy["spec"]["selector"]["matchLabels"]
     assert selector.items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
     service = one(objects, "Service")
