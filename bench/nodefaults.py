@@ -58,7 +58,7 @@ from tests.cluster.jobwatch import (
     StepWatch,
     all_ready,
     label_nodes,
-    operator_node,
+    operator_nodes,
     place_selector,
     placement,
 )
@@ -143,7 +143,7 @@ def layout(fault: str, nodes: list[str], home: str) -> tuple[dict[str, list[str]
 def run_cell(system: str, fault: str, repeat: int, opts: argparse.Namespace) -> Cell:
     cell = Cell(system, fault, repeat)
     nodes = sorted(n["metadata"]["name"] for n in kube.kubectl_json("get", "nodes")["items"])
-    home = operator_node()
+    home, _ = operator_nodes()  # the acting replica's (a follower's node may be hit)
     assignments, victim = layout(fault, nodes, home)
     host_dir = Path(tempfile.mkdtemp(prefix="bench-nodefaults-"))
     host_dir.chmod(0o777)

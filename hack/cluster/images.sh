@@ -11,8 +11,11 @@
 # skipped when its result is there: buildah caches layers (--layers), and an image whose ID
 # was imported before is not imported again.
 #
-#   images.sh            build what is missing and load it
-#   images.sh --build    build only (no cluster needed)
+#   images.sh                    build what is missing and load it
+#   images.sh --build            build only (no cluster needed)
+#   images.sh --operator-tag T   also an operator image tagged T (the operator image with
+#                                one more label: a new image ID, as a release would have),
+#                                loaded like the others: what an upgrade test rolls to
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -21,7 +24,13 @@ CACHE="${SYNCREPLICAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncreplicas}"
 RUN="${SYNCREPLICAS_CLUSTER_DIR:-/tmp/syncreplicas-cluster}"
 IMPORTED="$CACHE/containerd-imported"
 build_only=0
-[[ "${1:-}" == "--build" ]] && build_only=1
+variant=""
+case "${1:-}" in
+  --build) build_only=1 ;;
+  --operator-tag) variant="${2:?--operator-tag needs a tag}" ;;
+  "") ;;
+  *) echo "images: unknown option $1 (--build, --operator-tag TAG)" >&2; exit 2 ;;
+esac
 
 app_version="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/syncreplicas/Chart.yaml")"
 PAUSE="registry.k8s.io/pause:$PAUSE_VERSION"
@@ -71,6 +80,8 @@ volumes=(-v /etc/ssl/certs:/etc/ssl/certs:ro)
 [[ -f /etc/pip.conf ]] && volumes+=(-v /etc/pip.conf:/etc/pip.conf:ro)
 for pair in "operator:$OPERATOR" "runtime:$RUNTIME"; do
   dir="${pair%%:*}"; name="${pair#*:}"
+  # A variant is made from the image as loaded: that one is not rebuilt first.
+  [[ -n $variant ]] && exists "$name" && continue
   t=$SECONDS
   buildah bud --quiet --layers --isolation chroot \
     --build-arg "PYTHON_IMAGE=$BASE" "${volumes[@]}" \
@@ -79,13 +90,25 @@ for pair in "operator:$OPERATOR" "runtime:$RUNTIME"; do
   say "built $name in $((SECONDS - t)) s ($(buildah images --format '{{.Size}}' "$name" | head -1))"
 done
 
+loads=("$PAUSE" "$OPERATOR" "$RUNTIME")
+if [[ -n $variant ]]; then
+  name="${OPERATOR%:*}:$variant"
+  if ! exists "$name"; then
+    c="$(buildah from --pull-never "$OPERATOR")"
+    buildah config --label "org.opencontainers.image.version=$variant" "$c"
+    buildah commit --quiet --rm "$c" "$name" >/dev/null
+    say "built $name"
+  fi
+  loads+=("$name")
+fi
+
 [[ $build_only == 1 ]] && exit 0
 
 # load into every node's containerd ------------------------------------------------------
 # One archive per image, imported into each node that lacks it (in parallel).
 mapfile -t nodes < <(python3 "$here/cluster.py" sockets)
 ((${#nodes[@]})) || { echo "images: no nodes: run cluster.py up" >&2; exit 1; }
-for name in "$PAUSE" "$OPERATOR" "$RUNTIME"; do
+for name in "${loads[@]}"; do
   id="$(image_id "$name")"
   key="$(echo "$name" | tr '/:' '__')"
   todo=()

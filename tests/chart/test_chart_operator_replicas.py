@@ -36,7 +36,8 @@ def test_two_replicas_elect_a_leader_by_default() -> None:
                 f"--leader-election-id={name}", "--leader-election-lease-duration=15",
                 "--leader-election-renew-deadline=10", "--leader-election-retry-period=2"):
         assert arg in args, args
-    env = {e["name"]: e.get("valueFrom") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     # Spread over nodes, preferred: one node still runs both.
     anti = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]

@@ -178,9 +178,16 @@ def events(namespace: str, reason: str) -> list[str]:
     return [str(e.get("message", "")) for e in items]
 
 
-def operator_node() -> str:
-    (item,) = kube.pods(kube.RELEASE_NAMESPACE, "app.kubernetes.io/component=operator")
-    return str(item["spec"]["nodeName"])
+def operator_nodes() -> tuple[str, list[str]]:
+    """(the acting operator replica's node, its followers' nodes)."""
+    leader = kube.eventually("an operator replica leads", kube.leader_pod, 60)
+    leading, following = "", []
+    for item in kube.pods(kube.RELEASE_NAMESPACE, kube.OPERATOR_PODS):
+        if item["metadata"]["name"] == leader:
+            leading = str(item["spec"]["nodeName"])
+        elif "deletionTimestamp" not in item["metadata"]:
+            following.append(str(item["spec"].get("nodeName", "")))
+    return leading, following
 
 
 # What undoes each node fault of `cluster.py node NAME FAULT`.

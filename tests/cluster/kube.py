@@ -114,22 +114,42 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
+# The operator's replicas, and the Lease that names the one acting (kubectl get lease).
+OPERATOR_PODS = "app.kubernetes.io/component=operator"
+LEADER_LEASE = "syncreplicas-operator"
+
+
+def leader_pod() -> str:
+    """The operator pod holding the leader Lease ("" when none does): its identity there
+    is ``<pod>_<suffix>``."""
+    found = kubectl("get", "lease", LEADER_LEASE, "-n", RELEASE_NAMESPACE, "-o",
+                    "jsonpath={.spec.holderIdentity}", check=False, timeout=10)  # fmt: skip
+    return found.stdout.strip().rsplit("_", 1)[0] if found.returncode == 0 else ""
+
+
+def operator_logs(tail: int = -1) -> str:
+    """Every operator replica's log (each under a line naming its pod)."""
+    out = []
+    for item in pods(RELEASE_NAMESPACE, OPERATOR_PODS):
+        name = item["metadata"]["name"]
+        log = kubectl("logs", "-n", RELEASE_NAMESPACE, name, f"--tail={tail}", check=False)
+        out.append(f"--- {name}{' (leader)' if name == leader_pod() else ''}\n{log.stdout}")
+    return "\n".join(out)
+
+
 def describe(namespace: str, *what: str) -> str:
     """What a user looks at when a test fails: describe, events, the operator's log."""
     out = [kubectl("describe", *what, "-n", namespace, check=False).stdout]
     out.append(kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp",
                        check=False).stdout)  # fmt: skip
-    out.append(kubectl("logs", "-n", RELEASE_NAMESPACE, "deploy/syncreplicas-operator",
-                       "--tail=60", check=False).stdout)  # fmt: skip
+    out.append(operator_logs(tail=60))
     return "\n".join(out)
 
 
 def operator_refusals() -> list[str]:
-    """Lines of the operator's log where the API server refused it (403 Forbidden): with
+    """Lines of the operators' logs where the API server refused them (403 Forbidden): with
     RBAC enforced, what a verb the chart forgot looks like."""
-    log = kubectl("logs", "-n", RELEASE_NAMESPACE, "deployment/syncreplicas-operator",
-                  "--tail=-1").stdout  # fmt: skip
-    return [line for line in log.splitlines() if "403" in line or "orbidden" in line]
+    return [line for line in operator_logs().splitlines() if "403" in line or "orbidden" in line]
 
 
 def runtime_processes(namespace: str) -> list[int]:

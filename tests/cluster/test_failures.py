@@ -3,8 +3,8 @@
 A job survives, one after another: a worker's process killed in its container (the
 kubelet restarts it in place), the chief's pod deleted (the operator replaces it; the
 backup replica keeps the global step moving meanwhile), the PS pod deleted (a new pod with
-a new address, found again by its name; the chief restores its snapshot) and the
-operator's own pod deleted (its successor picks the job up: no pod created twice). A job
+a new address, found again by its name; the chief restores its snapshot). (The
+operator's own pod deleted, its node partitioned, an upgrade: test_operator_failover.py.) A job
 whose model does not import fails with the runtime's reason, without crash-looping. (A
 worker kept away for a while, the job Degraded: test_monitoring.py, with its alert.)
 """
@@ -13,21 +13,24 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.cluster import kube
+from tests.cluster.slowjob import delayed, lift_delay, shared_dir
 
 JOB = "faults"
 SELECTOR = f"syncreplicas.io/job-name={JOB}"
 SNAPSHOT_EVERY = 10
 
 
-def job(**spec: Any) -> dict[str, Any]:
+def job(shared: Path | None = None, **spec: Any) -> dict[str, Any]:
     """The linear example, slowed to about 40 steps/s (a step delay in every replica) so
-    that faults land while it trains."""
+    that faults land while it trains; with ``shared``, the delay is read from a file there
+    (slowjob), and lifting it ends the job at once."""
     manifest = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
     manifest["metadata"]["name"] = JOB
     manifest["spec"].update({"workers": 2, "replicasToAggregate": 2, "parameterServers": 1})
@@ -36,10 +39,13 @@ def job(**spec: Any) -> dict[str, Any]:
          "logEverySteps": 500, "evalEverySteps": 0}
     )
     manifest["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 6}
-    manifest["spec"]["template"] = {"spec": {"containers": [{
-        "name": "syncreplicas",
-        "env": [{"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": "25"}],
-    }]}}  # fmt: skip
+    delay = {"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": "25"}
+    container: dict[str, Any] = {"name": "syncreplicas", "env": [delay]}
+    template: dict[str, Any] = {"containers": [container]}
+    if shared is not None:
+        container, volume = delayed(container, shared)
+        template = {"containers": [container], "volumes": [volume]}
+    manifest["spec"]["template"] = {"spec": template}
     manifest["spec"].update(spec)
     return dict(manifest)
 
@@ -99,8 +105,10 @@ def advancing(namespace: str, pod_name: str, seconds: float = 3.0) -> bool:
 
 
 @pytest.mark.timeout(1200)
-def test_a_job_survives_a_killed_worker_a_deleted_chief_ps_and_operator(namespace: str) -> None:
-    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job()))
+def test_a_job_survives_a_killed_worker_a_deleted_chief_and_ps(
+        namespace: str, tmp_path: Path) -> None:  # fmt: skip
+    shared = shared_dir(tmp_path, delay_ms=25)
+    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job(shared)))
     figures: dict[str, str] = {}
     try:
         kube.eventually("training passes step 100", lambda: step_of(namespace, f"{JOB}-worker-0")
@@ -146,19 +154,7 @@ def test_a_job_survives_a_killed_worker_a_deleted_chief_ps_and_operator(namespac
         assert last.get("stepsLost", 0) <= SNAPSHOT_EVERY, last
         figures["PS deleted: steps lost"] = str(last.get("stepsLost"))
 
-        # 4. The operator's pod deleted mid-job: its successor takes the job over; no pod is
-        # created twice and the status goes on.
-        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.pods(namespace, SELECTOR)}
-        kube.kubectl("delete", "pod", "-n", kube.RELEASE_NAMESPACE, "-l",
-                     "app.kubernetes.io/component=operator")  # fmt: skip
-        kube.kubectl("rollout", "status", "deployment/syncreplicas-operator", "-n",
-                     kube.RELEASE_NAMESPACE, "--timeout=120s", timeout=150)  # fmt: skip
-        step_then = status(namespace).get("globalStep", 0)
-        kube.eventually("the new operator updates the status",
-                        lambda: status(namespace).get("globalStep", 0) > step_then, 120)
-        assert {p["metadata"]["name"]: p["metadata"]["uid"]
-                for p in kube.pods(namespace, SELECTOR)} == uids  # fmt: skip
-
+        lift_delay(shared)
         kube.kubectl("wait", "-n", namespace, f"srj/{JOB}", "--for=condition=Succeeded",
                      "--timeout=600s", timeout=620)  # fmt: skip
         final = status(namespace)

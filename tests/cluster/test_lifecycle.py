@@ -34,4 +34,5 @@ def test_down_leaves_nothing_behind_and_make_cluster_restores_it(cluster_up: Non
     assert "already up" in again.stdout
     deployment = kube.kubectl_json("get", "deployment", "syncreplicas-operator",
                                    "-n", kube.RELEASE_NAMESPACE)  # fmt: skip
-    assert deployment["status"].get("readyReplicas") == 1
+    assert deployment["status"].get("readyReplicas") == 2
+    assert kube.leader_pod(), "an operator replica leads"

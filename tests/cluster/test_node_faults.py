@@ -1,16 +1,17 @@
 """A job that loses nodes: crashed, partitioned, drained, preempted, on the real cluster.
 
 One job (1 PS, a chief and 2 workers, R = 2 with minReplicasToAggregate 1; backoffLimit 0,
-so any loss counted as a failure would fail it) on four nodes: O runs the operator (its own
-loss is another matter) and, at the start, none of the job; the PS starts on A, the chief
-on B, both workers on C. Node labels that the roles' templates select steer each
+so any loss counted as a failure would fail it) on four nodes. The operator's two replicas
+run on A (the one acting) and O (following); the PS starts on A, the chief on B, both
+workers on C. Node labels that the roles' templates select steer each
 replacement to a node the next fault does not hit. The faults, one after another:
 
 1. C crashes (both workers gone without a word): the global step does not wait for the
    replacements (elastic R lowers to 1; the gap is reported and bounded); the operator
    replaces them once the node's Lease has been silent for 20 s; the node has no process
    left and turns NotReady; `start` brings it back;
-2. A crashes with PS 0: the global step moves again within 60 s of the crash, at most
+2. A crashes with PS 0 and the acting operator: the follower on O leads within 20 s, and
+   the global step moves again within 60 s of the crash all the same, at most
    snapshotEverySteps below where it stopped (the chief restores its last snapshot);
 3. B crashes with the chief: the workers train on, and the replacement chief checkpoints
    again, never below the last checkpoint;
@@ -46,7 +47,6 @@ import yaml
 from tests.cluster import kube
 from tests.cluster.jobwatch import (
     RESTORE,
-    ROLES,
     CheckpointWatch,
     StepWatch,
     all_ready,
@@ -58,54 +58,24 @@ from tests.cluster.jobwatch import (
     node_names,
     node_pids,
     node_ready,
-    operator_node,
-    place_selector,
+    operator_nodes,
     placement,
+)
+from tests.cluster.slowjob import (
+    MAX_STEPS,
+    SNAPSHOT_EVERY,
+    UPDATES_FILE,
+    lift_delay,
+    manifest,
+    shared_dir,
 )
 
 JOB = "nodes"
 SELECTOR = f"syncreplicas.io/job-name={JOB}"
-SNAPSHOT_EVERY = 10
 PS_BACK_WITHIN = 60
 WORKERS_GAP_BOUND = 45  # s: the replacements take longer (Lease 20 s, scheduling, start)
-NODES_NEEDED = 4  # the operator's, and one per role
-SHARED = "/var/lib/syncreplicas/shared"
-DELAY_FILE = "step-delay-ms"
-UPDATES_FILE = "updates"
-# The step delay caps the rate at about 15 updates/s (each of 3 gradient replicas sleeps 100
-# ms before a step, R = 2), so maxSteps is not reached for 13 minutes however fast the
-# machine: the faults all land while the job trains. Lifted after the last one.
-DELAY_MS = 100
-MAX_STEPS = 12000
-
-
-def job(shared: Path) -> dict[str, Any]:
-    manifest = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
-    manifest["metadata"]["name"] = JOB
-    manifest["spec"].update({"workers": 2, "replicasToAggregate": 2, "parameterServers": 1,
-                             "minReplicasToAggregate": 1})  # fmt: skip
-    manifest["spec"]["training"].update(
-        {"maxSteps": MAX_STEPS, "checkpointEverySteps": 200, "snapshotEverySteps": SNAPSHOT_EVERY,
-         "logEverySteps": 500, "evalEverySteps": 0, "checkpointDir": f"{SHARED}/checkpoints"}
-    )
-    manifest["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 0}
-    # A directory of the machine that every node mounts (as a shared volume would be): the
-    # chief's checkpoints, found again by a chief replaced elsewhere, and the step delay.
-    container = {
-        "name": "syncreplicas",
-        "env": [{"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": f"@{SHARED}/{DELAY_FILE}"}],
-        "volumeMounts": [{"name": "shared", "mountPath": SHARED}],
-    }
-    volumes = [{"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}]
-    # PS 0 records every update (time, step, gradients) there too.
-    ps = {**container, "env": [*container["env"], {"name": "SYNCREPLICAS_DEBUG_UPDATES_FILE",
-                                                   "value": f"{SHARED}/{UPDATES_FILE}"}]}
-    for role in ROLES:
-        manifest["spec"][role] = {"template": {"spec": {
-            "nodeSelector": place_selector(role), "containers": [ps if role == "ps" else container],
-            "volumes": volumes,
-        }}}  # fmt: skip
-    return dict(manifest)
+NODES_NEEDED = 4  # the operator's follower's, and one per role
+LEADS_WITHIN = 20  # s: a follower takes over from a crashed leader
 
 
 def status(namespace: str) -> dict[str, Any]:
@@ -165,17 +135,14 @@ def test_a_job_survives_crashed_partitioned_drained_and_preempted_nodes(
         namespace: str, tmp_path: Path) -> None:  # fmt: skip
     names = node_names()
     assert len(names) >= NODES_NEEDED, f"{names}: run `make cluster NODES={NODES_NEEDED}`"
-    home = operator_node()
-    others = [n for n in names if n != home]
-    nodes = {"O": home, "A": others[0], "B": others[1], "C": others[2]}
-    shared = tmp_path / "shared"
-    (shared / "checkpoints").mkdir(parents=True)
-    for path in (shared, shared / "checkpoints"):
-        path.chmod(0o777)
-    delay = shared / DELAY_FILE
-    delay.write_text(str(DELAY_MS))
+    leading, following = operator_nodes()
+    assert len(following) == 1 and following[0] != leading, (leading, following)
+    others = [n for n in names if n not in (leading, following[0])]
+    nodes = {"O": following[0], "A": leading, "B": others[0], "C": others[1]}
+    shared = shared_dir(tmp_path)
     label_nodes({nodes["A"]: ["ps"], nodes["B"]: ["chief"], nodes["C"]: ["worker"]})
-    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job(shared)))
+    kube.kubectl("apply", "-n", namespace, "-f", "-",
+                 input=yaml.safe_dump(manifest(JOB, shared)))  # fmt: skip
     figures: dict[str, object] = {}
     try:
         with watched(namespace, shared, nodes) as f:
@@ -206,13 +173,19 @@ def test_a_job_survives_crashed_partitioned_drained_and_preempted_nodes(
             kube.eventually(f"{name} NotReady", lambda: node_ready(name) != "True", 120)
             f.restore(name)
 
-            # 2. PS 0's node crashes.
+            # 2. PS 0's node crashes, and the acting operator with it.
             f.steer(ps="C", chief="B", worker="O")
+            leader = kube.leader_pod()
             name, at, _ = f.hit("A", "crash")
+            kube.eventually("a follower leading", lambda: kube.leader_pod() not in ("", leader),
+                            60, interval=0.5)  # fmt: skip
+            figures["PS and leader node crash: a follower leads, s"] = round(
+                time.monotonic() - at, 1)
+            assert time.monotonic() - at <= LEADS_WITHIN, figures
             back, lost = kube.eventually("the global step moving again after the PS's node "
                                          "crash", lambda: steps.resumed(at), 180)
-            figures["PS node crash: global step moving again, s"] = round(back, 1)
-            figures["PS node crash: steps lost"] = lost
+            figures["PS and leader node crash: global step moving again, s"] = round(back, 1)
+            figures["PS and leader node crash: steps lost"] = lost
             assert 0 < back <= PS_BACK_WITHIN, figures
             assert lost <= SNAPSHOT_EVERY, figures
             f.replaced(name, "every replica Ready again after the PS's node crash")
@@ -273,7 +246,7 @@ def test_a_job_survives_crashed_partitioned_drained_and_preempted_nodes(
             f.restore(name)
             assert name in node_names() and node_ready(name) == "True"
 
-            delay.write_text("0")
+            lift_delay(shared)
             kube.kubectl("wait", "-n", namespace, f"srj/{JOB}", "--for=condition=Succeeded",
                          "--timeout=600s", timeout=620)  # fmt: skip
         final = status(namespace)

@@ -1,0 +1,71 @@
+"""The job the fault tests train through: the linear example (1 PS, a chief, 2 workers,
+R = 2 with minReplicasToAggregate 1; backoffLimit 0, so any loss counted as a failure fails
+it), each role placed by a node label (jobwatch.place_selector), every step slowed by a
+delay read from a file, so that faults land while it trains and lifting the delay ends it
+at once. The file sits in a directory of the machine that every node mounts (as a shared
+volume would be), with the chief's checkpoints and PS 0's record of its updates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.cluster import kube
+from tests.cluster.jobwatch import ROLES, place_selector
+
+SHARED = "/var/lib/syncreplicas/shared"
+DELAY_FILE = "step-delay-ms"
+UPDATES_FILE = "updates"
+SNAPSHOT_EVERY = 10
+# The step delay caps the rate at about 15 updates/s (each of 3 gradient replicas sleeps 100
+# ms before a step, R = 2), so 12000 steps take 13 minutes however fast the machine.
+DELAY_MS = 100
+MAX_STEPS = 12000
+
+
+def shared_dir(tmp_path: Path, delay_ms: int = DELAY_MS) -> Path:
+    """The shared directory (checkpoints inside), writable by the pods' user, the delay set."""
+    shared = tmp_path / "shared"
+    (shared / "checkpoints").mkdir(parents=True)
+    for path in (shared, shared / "checkpoints"):
+        path.chmod(0o777)
+    (shared / DELAY_FILE).write_text(str(delay_ms))
+    return shared
+
+
+def delayed(container: dict[str, Any], shared: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``container`` reading its step delay from the shared directory, and the volume."""
+    env = [e for e in container.get("env", []) if e["name"] != "SYNCREPLICAS_DEBUG_STEP_DELAY_MS"]
+    env.append({"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": f"@{SHARED}/{DELAY_FILE}"})
+    mounts = [*container.get("volumeMounts", []), {"name": "shared", "mountPath": SHARED}]
+    volume = {"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}
+    return {**container, "env": env, "volumeMounts": mounts}, volume
+
+
+def lift_delay(shared: Path) -> None:
+    (shared / DELAY_FILE).write_text("0")
+
+
+def manifest(name: str, shared: Path, max_steps: int = MAX_STEPS) -> dict[str, Any]:
+    job = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
+    job["metadata"]["name"] = name
+    job["spec"].update({"workers": 2, "replicasToAggregate": 2, "parameterServers": 1,
+                        "minReplicasToAggregate": 1})  # fmt: skip
+    job["spec"]["training"].update(
+        {"maxSteps": max_steps, "checkpointEverySteps": 200, "snapshotEverySteps": SNAPSHOT_EVERY,
+         "logEverySteps": 500, "evalEverySteps": 0, "checkpointDir": f"{SHARED}/checkpoints"}
+    )
+    job["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 0}
+    container, volume = delayed({"name": "syncreplicas"}, shared)
+    volumes = [volume]
+    # PS 0 records every update (time, step, gradients) there too.
+    ps = {**container, "env": [*container["env"], {"name": "SYNCREPLICAS_DEBUG_UPDATES_FILE",
+                                                   "value": f"{SHARED}/{UPDATES_FILE}"}]}
+    for role in ROLES:
+        job["spec"][role] = {"template": {"spec": {
+            "nodeSelector": place_selector(role), "containers": [ps if role == "ps" else container],
+            "volumes": volumes,
+        }}}  # fmt: skip
+    return dict(job)

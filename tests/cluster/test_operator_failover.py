@@ -1,0 +1,231 @@
+"""The operator's own losses, while a job trains: its two replicas (the chart's default), one
+acting through the leader Lease. (Its node crashing with a job's PS 0: test_node_faults.py.)
+
+One job (slowjob: PS and chief on one node, both workers on another, neither node an
+operator's) goes through, one after another:
+
+1. the leader's pod deleted, the job applied right after: the follower leads within 20 s
+   (the leader released the Lease at SIGTERM) and the job gets all its pods;
+2. the leader's node partitioned from the API server, then healed: the follower leads within
+   20 s; the old leader stops acting before that (no renewal for the renew deadline: it
+   exits), never writes after the new leader's first write (the API server's audit log,
+   which names the pod behind every request), and rejoins as a follower;
+3. `helm upgrade` to a new operator image (a rolling update, a handover or two): the job
+   does not notice: no child created again or deleted, no restart counted, the longest
+   time without an update (PS 0's own record) no longer than in the same time right after
+   without an upgrade. `helm rollback` brings the old image back the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster import kube
+from tests.cluster.jobwatch import (
+    StepWatch,
+    all_ready,
+    label_nodes,
+    longest_without_update,
+    node_names,
+    node_ready,
+    operator_nodes,
+)
+from tests.cluster.slowjob import UPDATES_FILE, lift_delay, manifest, shared_dir
+
+JOB = "failover"
+LEADS_WITHIN = 20
+# At most about 15 steps/s while slowed (slowjob): 400 s or more, for about 150 s of faults.
+MAX_STEPS = 6000
+AUDIT_LOG = kube.node.RUN / "logs" / "audit.log"
+OPERATOR_USER = f"system:serviceaccount:{kube.RELEASE_NAMESPACE}:syncreplicas-operator"
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+UPGRADE_TAG = "0.1.1-upgrade"
+LOST_LEADERSHIP_EXIT = 3  # syncreplicas_operator.controller.election
+# PS 0's longest time without an update during the upgrade may exceed the same time's
+# without one by this much: the machine's own jitter (2 cores, a rolling update starting
+# two Python processes), not a job that noticed.
+JITTER = 1.0
+
+
+def when(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def operator_writes(offset: int) -> list[tuple[float, float, str, str]]:
+    """The operator's writes recorded in the audit log after byte ``offset``: (received,
+    completed, pod, what), the pod read from its bound token (user.extra)."""
+    found = []
+    with AUDIT_LOG.open() as log:
+        log.seek(offset)
+        for line in log:
+            event = json.loads(line)
+            if event["user"].get("username") != OPERATOR_USER or event["verb"] not in WRITES:
+                continue
+            (pod,) = event["user"].get("extra", {}).get("authentication.kubernetes.io/pod-name",
+                                                        ["?"])  # fmt: skip
+            ref = event.get("objectRef", {})
+            what = f"{event['verb']} {ref.get('resource')}/{ref.get('name', '')}"
+            found.append((when(event["requestReceivedTimestamp"]),
+                          when(event["stageTimestamp"]), pod, what))  # fmt: skip
+    return found
+
+
+def leader_gauge(pod: str) -> float | None:
+    path = f"/api/v1/namespaces/{kube.RELEASE_NAMESPACE}/pods/{pod}:9090/proxy/metrics"
+    text = kube.kubectl("get", "--raw", path, check=False, timeout=10).stdout
+    for line in text.splitlines():
+        if line.startswith("syncreplicas_operator_leader "):
+            return float(line.split()[1])
+    return None
+
+
+def new_leader(old: str, since: float) -> float:
+    """Seconds from ``since`` until a replica other than ``old`` holds the Lease."""
+    kube.eventually(f"a replica other than {old} leading",
+                    lambda: kube.leader_pod() not in ("", old), 90, interval=0.25)  # fmt: skip
+    return time.monotonic() - since
+
+
+def children(namespace: str) -> dict[str, str]:
+    """Every child of the job (pods, Services, its NetworkPolicy and budget): name -> uid."""
+    found = kube.kubectl_json("get", "pods,services,networkpolicies,poddisruptionbudgets",
+                              "-n", namespace, "-l", f"syncreplicas.io/job-name={JOB}")  # fmt: skip
+    return {f"{o['kind']}/{o['metadata']['name']}": o["metadata"]["uid"] for o in found["items"]}
+
+
+def restarts(namespace: str) -> dict[str, Any]:
+    status = kube.kubectl_json("get", "srj", JOB, "-n", namespace).get("status", {})
+    counted = {r: c.get("restarts", 0) for r, c in status.get("replicaStatuses", {}).items()}
+    containers = {p["metadata"]["name"]: p["status"]["containerStatuses"][0]["restartCount"]
+                  for p in kube.pods(namespace, f"syncreplicas.io/job-name={JOB}")}  # fmt: skip
+    return {"counted": counted, "containers": containers,
+            "chiefRestarts": status.get("chiefRestarts", 0)}  # fmt: skip
+
+
+def upgrade(*args: str) -> float:
+    """A helm upgrade (or rollback) of the release, waited for; its seconds."""
+    at = time.monotonic()
+    kube.helm(*args, "--wait", "--timeout", "5m")
+    kube.kubectl("rollout", "status", "deployment/syncreplicas-operator", "-n",
+                 kube.RELEASE_NAMESPACE, "--timeout=180s", timeout=200)  # fmt: skip
+    return time.monotonic() - at
+
+
+@pytest.mark.timeout(1200)
+def test_the_operator_hands_over_on_pod_deletion_partition_and_upgrade(
+        namespace: str, tmp_path: Path) -> None:  # fmt: skip
+    leading, following = operator_nodes()
+    assert len(following) == 1 and following[0] != leading, (leading, following)
+    spare = [n for n in node_names() if n not in (leading, following[0])]
+    assert len(spare) >= 2, f"{node_names()}: run `make cluster NODES=4`"
+    label_nodes({spare[0]: ["ps", "chief"], spare[1]: ["worker"]})
+    shared = shared_dir(tmp_path)
+    updates = shared / UPDATES_FILE
+    kube.run(str(kube.REPO / "hack" / "cluster" / "images.sh"), "--operator-tag", UPGRADE_TAG,
+             timeout=600)  # fmt: skip
+    figures: dict[str, object] = {}
+    partitioned, upgraded = "", False
+    try:
+        # 1. The leader's pod deleted; the job applied right after.
+        old = kube.leader_pod()
+        at = time.monotonic()
+        kube.kubectl("delete", "pod", old, "-n", kube.RELEASE_NAMESPACE, "--wait=false")
+        kube.kubectl("apply", "-n", namespace, "-f", "-",
+                     input=yaml.safe_dump(manifest(JOB, shared, MAX_STEPS)))  # fmt: skip
+        took = new_leader(old, at)
+        figures["leader pod deleted: a follower leads, s"] = round(took, 1)
+        kube.eventually("the job's pods all Ready", lambda: all_ready(namespace, JOB, 4), 240)
+        figures["leader pod deleted: the job applied then has all its pods Ready, s"] = round(
+            time.monotonic() - at, 1)
+        assert took <= LEADS_WITHIN, figures
+        with StepWatch(namespace, f"{JOB}-chief-0") as steps:
+            kube.eventually("training passes step 100", lambda: steps.last() >= 100, 240)
+
+        # 2. The leader's node cut off from the API server (and the other nodes), healed.
+        kube.eventually("both operator replicas Ready", lambda: kube.kubectl_json(
+            "get", "deployment", "syncreplicas-operator", "-n", kube.RELEASE_NAMESPACE,
+        )["status"].get("readyReplicas") == 2, 120)  # fmt: skip
+        old = kube.leader_pod()
+        node = kube.kubectl_json("get", "pod", old, "-n", kube.RELEASE_NAMESPACE)["spec"][
+            "nodeName"]  # fmt: skip
+        assert node not in spare, (node, spare)
+        offset = AUDIT_LOG.stat().st_size
+        at = time.monotonic()
+        kube.node_fault(node, "partition")
+        partitioned = node
+        took = new_leader(old, at)
+        figures["leader partitioned: a follower leads, s"] = round(took, 1)
+        assert took <= LEADS_WITHIN, figures
+        step = kube.kubectl_json("get", "srj", JOB, "-n", namespace)["status"]["globalStep"]
+        kube.eventually("the new leader updates the job's status", lambda: kube.kubectl_json(
+            "get", "srj", JOB, "-n", namespace)["status"]["globalStep"] > step, 60)  # fmt: skip
+        kube.node_fault(node, "heal")
+        partitioned = ""
+        kube.eventually("the healed node Ready", lambda: node_ready(node) == "True", 120)
+        kube.eventually("the old leader's pod a Ready follower again",
+                        lambda: leader_gauge(old) == 0.0, 120)  # fmt: skip
+        # It stopped itself (the exit code of a leader that could not renew in time), and
+        # the kubelet started it again, as a follower.
+        stopped = kube.eventually("the old leader's container restarted", lambda: [
+            c["lastState"].get("terminated", {}) for c in kube.kubectl_json(
+                "get", "pod", old, "-n", kube.RELEASE_NAMESPACE)["status"]["containerStatuses"]
+            if c["restartCount"] >= 1][:1], 60)[0]  # fmt: skip
+        assert stopped.get("exitCode") == LOST_LEADERSHIP_EXIT, stopped
+        # Even a replica that kept acting would at least try to renew the Lease (a patch)
+        # once it could reach the API server again.
+        writes = operator_writes(offset)
+        new = kube.leader_pod()
+        first = min(received for received, _, pod, _ in writes if pod == new)
+        late = [w for w in writes if w[2] == old and w[1] >= first]
+        assert not late, f"the old leader wrote after the new one: {late[:5]}"
+        figures["leader partitioned: writes of the old leader after the partition"] = len(
+            [w for w in writes if w[2] == old])
+
+        # 3. helm upgrade to a new operator image while the job trains; then the same time
+        # without an upgrade; then helm rollback.
+        before, counts = children(namespace), restarts(namespace)
+        started = time.time()
+        upgraded = True
+        took = upgrade("upgrade", kube.RELEASE, str(kube.CHART), "-n", kube.RELEASE_NAMESPACE,
+                       "--reuse-values", "--set", f"image.tag={UPGRADE_TAG}")  # fmt: skip
+        done = time.time()
+        images = {p["spec"]["containers"][0]["image"] for p in kube.pods(
+            kube.RELEASE_NAMESPACE, kube.OPERATOR_PODS) if "deletionTimestamp" not in p["metadata"]}
+        assert images == {f"ghcr.io/syncreplicas/syncreplicas-operator:{UPGRADE_TAG}"}, images
+        time.sleep(took)
+        during = longest_without_update(updates, started, done)
+        after = longest_without_update(updates, done, time.time())
+        figures["upgrade: rollout, s"] = round(took, 1)
+        figures["upgrade: longest time without an update, during / after, s"] = (
+            round(during, 2), round(after, 2))
+        assert during <= after + JITTER, figures
+        assert children(namespace) == before, "a child was created again or deleted"
+        assert restarts(namespace) == counts, (counts, restarts(namespace))
+        upgrade("rollback", kube.RELEASE, "-n", kube.RELEASE_NAMESPACE)
+        upgraded = False
+        kube.eventually("an operator replica leading after the rollback", kube.leader_pod, 30)
+        assert children(namespace) == before and restarts(namespace) == counts
+
+        lift_delay(shared)
+        kube.kubectl("wait", "-n", namespace, f"srj/{JOB}", "--for=condition=Succeeded",
+                     "--timeout=600s", timeout=620)  # fmt: skip
+        final = kube.kubectl_json("get", "srj", JOB, "-n", namespace)["status"]
+        assert final["globalStep"] >= MAX_STEPS
+        assert all(c.get("failed", 0) == 0 for c in final["replicaStatuses"].values()), final
+        print("figures:", figures)
+    except AssertionError as error:
+        described = kube.describe(namespace, "srj", JOB)
+        raise AssertionError(f"{error}\n{figures}\n{described}") from error
+    finally:
+        if partitioned:
+            kube.node_fault(partitioned, "heal", check=False)
+        if upgraded:
+            kube.helm("rollback", kube.RELEASE, "-n", kube.RELEASE_NAMESPACE, "--wait", check=False)
+        label_nodes({n: [] for n in node_names()})
