@@ -14,6 +14,11 @@ children exist on kmock (API requests per job, operator memory).
 
     .venv/bin/python bench/operator.py [--quick] [--repeats N]
 
+With ``--cluster --failover``: the operator's own losses on the multi-node cluster (its pod
+deleted, its node crashed, a rolling upgrade), two replicas with leader election against
+one: bench/failover.py, which this runs (its options: --repeats, --one-crash-repeats,
+--only, --systems, --timeout).
+
 Prints tables; timings depend on the machine's load (kmock shares the operator's cores).
 ``--quick`` (under a minute): one repeat, plan times up to W = 100, kmock scenarios 10x
 smaller.
@@ -253,6 +258,13 @@ What bounds each figure:
 
 
 def main() -> int:
+    if "--failover" in sys.argv:
+        if "--cluster" not in sys.argv:
+            print("bench/operator.py: --failover needs --cluster", file=sys.stderr)
+            return 2
+        import failover
+
+        return failover.main([a for a in sys.argv[1:] if a not in ("--failover", "--cluster")])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run (under a minute)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats (default 3, quick 1)")
