@@ -64,7 +64,7 @@ lint: venv
 
 # The cluster's tests need the cluster: bring it up (and down again at the end, unless it
 # was up before), and fail when stopping it leaves anything behind. Four nodes: the
-# node-fault test keeps the operator's node out of its faults and gives each role a node.
+# node-fault test gives the operator's follower a node and each of the job's roles one.
 TEST_NODES := 4
 test: venv tools lint
 	@was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \

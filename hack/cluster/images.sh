@@ -93,9 +93,14 @@ done
 loads=("$PAUSE" "$OPERATOR" "$RUNTIME")
 if [[ -n $variant ]]; then
   name="${OPERATOR%:*}:$variant"
-  if ! exists "$name"; then
+  # Made again whenever the operator image changed (the variant records which it copies).
+  from="$(image_id "$OPERATOR")"
+  if ! exists "$name" || [[ "$(buildah inspect --type image \
+      --format '{{index .ImageAnnotations "syncreplicas.io/from"}}' "$name")" != "$from" ]]; then
+    exists "$name" && buildah rmi "$name" >/dev/null
     c="$(buildah from --pull-never "$OPERATOR")"
-    buildah config --label "org.opencontainers.image.version=$variant" "$c"
+    buildah config --label "org.opencontainers.image.version=$variant" \
+      --annotation "syncreplicas.io/from=$from" "$c"
     buildah commit --quiet --rm "$c" "$name" >/dev/null
     say "built $name"
   fi

@@ -32,7 +32,8 @@ def main(args: argparse.Namespace) -> int:
     operator_settings.serve_metrics(args)
     elector = None
     if args.leader_elect == "on":
-        elector = election.elector(args, lambda leads: metrics.leader.set(int(leads)))
+        # The gauge goes to 1 once kopf runs (startup below), to 0 as soon as leading ends.
+        elector = election.elector(args, lambda leads: leads or metrics.leader.set(0))
         health = election.FollowerHealth(args.liveness_port) if args.liveness_port \
             else None  # fmt: skip
         try:
@@ -41,8 +42,6 @@ def main(args: argparse.Namespace) -> int:
         finally:
             if health is not None:
                 health.close()
-    else:
-        metrics.leader.set(1)
     namespaces = list(args.namespace)
     try:
         kopf.run(
@@ -72,6 +71,18 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.startup()
 async def watch_nodes(**_: Any) -> None:
     daemon.start_node_watch()
+
+
+# syncreplicas_operator_leader: 1 while this replica's handlers may run (from kopf's start to
+# its stop), so that the gauge says which replica acts, not only which holds the Lease.
+@kopf.on.startup()
+def acting(**_: Any) -> None:
+    daemon.metrics().leader.set(1)
+
+
+@kopf.on.cleanup()
+def stopping(**_: Any) -> None:
+    daemon.metrics().leader.set(0)
 
 
 # Indexers run on every watch event of a child; they also wake the owning job's daemon

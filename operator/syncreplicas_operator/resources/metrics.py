@@ -57,8 +57,8 @@ class OperatorMetrics:
         )
         self.leader = Gauge(
             "syncreplicas_operator_leader",
-            "1 on the operator replica that acts (holds the leader Lease), else 0; 1 when "
-            "leader election is off.",
+            "1 while this operator replica acts (it holds the leader Lease, or election is "
+            "off, and its controllers run), else 0.",
             registry=registry,
         )
         for cause in recovery.CAUSES:
