@@ -16,19 +16,21 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.cluster import kube
+from tests.cluster.slowjob import lift_delay, shared_dir
 from tests.cluster.test_failures import JOB, advancing, job, metrics, sample, status, step_of
 
 MAX_STEPS = 4000
 
 
-def elastic_job() -> dict[str, Any]:
-    manifest = job(workers=2, replicasToAggregate=2, minReplicasToAggregate=1,
+def elastic_job(shared: Path) -> dict[str, Any]:
+    manifest = job(shared, workers=2, replicasToAggregate=2, minReplicasToAggregate=1,
                    elasticPolicy={"minWorkers": 1, "maxWorkers": 4})
     manifest["spec"]["training"].update({"maxSteps": MAX_STEPS, "snapshotEverySteps": 10})
     return manifest
@@ -77,8 +79,11 @@ def namespace_user(namespace: str, name: str, role: str) -> None:
 
 
 @pytest.mark.timeout(1200)
-def test_kubectl_scale_up_and_down_while_training(namespace: str) -> None:
-    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(elastic_job()))
+def test_kubectl_scale_up_and_down_while_training(namespace: str, tmp_path: Path) -> None:
+    # Slowed (25 ms a step) while it is resized; the delay lifted afterwards.
+    shared = shared_dir(tmp_path, delay_ms=25)
+    kube.kubectl("apply", "-n", namespace, "-f", "-",
+                 input=yaml.safe_dump(elastic_job(shared)))  # fmt: skip
     try:
         chief = f"{JOB}-chief-0"
         kube.eventually("training passes step 100", lambda: step_of(namespace, chief) >= 100,
@@ -140,6 +145,7 @@ def test_kubectl_scale_up_and_down_while_training(namespace: str) -> None:
             resizing(namespace) or {}).get("status") == "False", 60)
 
         # The job finishes; nobody restarted, nothing failed.
+        lift_delay(shared)
         kube.eventually("Succeeded", lambda: status(namespace).get("phase") == "Succeeded", 600)
         final = status(namespace)
         assert final.get("globalStep", MAX_STEPS) >= MAX_STEPS, final
