@@ -86,6 +86,12 @@ def leader_gauge(pod: str) -> float | None:
     return None
 
 
+def container_restarts(pod: str) -> int:
+    (status,) = kube.kubectl_json("get", "pod", pod, "-n", kube.RELEASE_NAMESPACE)["status"][
+        "containerStatuses"]  # fmt: skip
+    return int(status["restartCount"])
+
+
 def new_leader(old: str, since: float) -> float:
     """Seconds from ``since`` until a replica other than ``old`` holds the Lease."""
     kube.eventually(f"a replica other than {old} leading",
@@ -156,6 +162,7 @@ def test_the_operator_hands_over_on_pod_deletion_partition_and_upgrade(
         node = kube.kubectl_json("get", "pod", old, "-n", kube.RELEASE_NAMESPACE)["spec"][
             "nodeName"]  # fmt: skip
         assert node not in spare, (node, spare)
+        restarts_before = container_restarts(old)  # a node fault before may have left some
         offset = AUDIT_LOG.stat().st_size
         at = time.monotonic()
         kube.node_fault(node, "partition")
@@ -173,10 +180,11 @@ def test_the_operator_hands_over_on_pod_deletion_partition_and_upgrade(
                         lambda: leader_gauge(old) == 0.0, 120)  # fmt: skip
         # It stopped itself (the exit code of a leader that could not renew in time), and
         # the kubelet started it again, as a follower.
-        stopped = kube.eventually("the old leader's container restarted", lambda: [
-            c["lastState"].get("terminated", {}) for c in kube.kubectl_json(
-                "get", "pod", old, "-n", kube.RELEASE_NAMESPACE)["status"]["containerStatuses"]
-            if c["restartCount"] >= 1][:1], 60)[0]  # fmt: skip
+        kube.eventually("the old leader's container restarted",
+                        lambda: container_restarts(old) > restarts_before, 60)  # fmt: skip
+        (status,) = kube.kubectl_json("get", "pod", old, "-n", kube.RELEASE_NAMESPACE)[
+            "status"]["containerStatuses"]  # fmt: skip
+        stopped = status["lastState"].get("terminated", {})
         assert stopped.get("exitCode") == LOST_LEADERSHIP_EXIT, stopped
         # Even a replica that kept acting would at least try to renew the Lease (a patch)
         # once it could reach the API server again.
