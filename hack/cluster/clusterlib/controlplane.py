@@ -51,7 +51,9 @@ subjects:
 """
 
 # What the API server records: every request of the operator's ServiceAccount (metadata
-# only), so that its API traffic for a job can be counted (bench/cluster.py); nothing else.
+# only), so that its API traffic for a job can be counted (bench/cluster.py), and of every
+# ServiceAccount in namespace syncreplicas-rbac (the RBAC tests run operators under them and
+# read each request's verb and response code); nothing else.
 AUDIT_POLICY = """
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -59,6 +61,8 @@ omitStages: [RequestReceived]
 rules:
   - level: Metadata
     users: ["system:serviceaccount:syncreplicas-system:syncreplicas-operator"]
+  - level: Metadata
+    userGroups: ["system:serviceaccounts:syncreplicas-rbac"]
   - level: None
 """
 
