@@ -23,7 +23,8 @@ RECOVERY_CAUSES: Final[tuple[str, ...]] = get_args(RecoveryCause)
 class Condition(ApiModel):
     type: Str = Field(
         description="Created, Running, Restarting, Succeeded, Failed, Suspended, Stalled, "
-        "Degraded, StragglerDetected or Resizing."
+        "Degraded, StragglerDetected, Resizing or ReplicaFailure (the API server refused "
+        "a pod, with its message)."
     )
     status: Literal["True", "False", "Unknown"]
     reason: Str | None = Field(None, description="CamelCase reason for the last transition.")

@@ -6,7 +6,9 @@
 #   coredns from github.com/coredns/coredns (its own go.mod, by version),
 #   pause (the pod sandbox's process) from the C source in the kubernetes module,
 #   prometheus from github.com/prometheus/prometheus (hack/cluster/prometheus/go.mod):
-#     Debian's Prometheus has no Kubernetes service discovery.
+#     Debian's Prometheus has no Kubernetes service discovery,
+#   kube-router from github.com/cloudnativelabs/kube-router/v2 (hack/cluster/kube-router/
+#     go.mod): its network-policy controller enforces NetworkPolicy on every node.
 # Each lands in $CACHE/<name>-<version>/bin. With the binaries there it does nothing; with
 # the Go build cache warm a rebuild is a link step.
 set -euo pipefail
@@ -80,6 +82,14 @@ if ! cached "$prometheus" prometheus promtool; then
   go_build "prometheus $PROMETHEUS_VERSION" "$prometheus" prometheus \
     "-s -w -X $pv.Version=${PROMETHEUS_VERSION#v} -X $pv.Branch=release -X $pv.Revision=module" \
     github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+fi
+
+# kube-router ----------------------------------------------------------------------------
+kube_router="$CACHE/kube-router-$KUBE_ROUTER_VERSION/bin"
+if ! cached "$kube_router" kube-router; then
+  kv="github.com/cloudnativelabs/kube-router/v2/pkg/version"
+  go_build "kube-router $KUBE_ROUTER_VERSION" "$kube_router" kube-router \
+    "-s -w -X $kv.Version=$KUBE_ROUTER_VERSION -X $kv.BuildDate=1970-01-01T00:00:00Z" tool
 fi
 
 # pause ----------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from clusterlib.config import (  # noqa: F401  (the tests read these through thi
     CONTROL_PLANE_IP,
     COREDNS,
     ETCD,
+    KUBE_ROUTER,
     KUBECONFIG_LINK,
     RUN,
     VERSIONS,
@@ -56,12 +57,12 @@ from clusterlib.config import (  # noqa: F401  (the tests read these through thi
     save_nodes,
     wanted_count,
 )
-from clusterlib.pki import kubeconfig, make_pki, write_kubeconfig
+from clusterlib.pki import issue_kube_router, kubeconfig, make_pki, write_kubeconfig
 from clusterlib.procs import ClusterError, kubectl, log, running_pid
 from clusterlib.teardown import down, leftovers, remove_node
 
 CONTROL_PLANE_USERS = ("admin", "kube-controller-manager", "kube-scheduler", "kube-proxy",
-                       "coredns")  # fmt: skip
+                       "coredns", "kube-router")  # fmt: skip
 CONTROL_PLANE_PROCESSES = ("etcd", "kube-apiserver", "kube-controller-manager",
                            "kube-scheduler", "kube-proxy", "coredns")  # fmt: skip
 
@@ -72,11 +73,12 @@ def check_host() -> None:
     if os.geteuid() != 0:
         raise ClusterError("the cluster runs its nodes as root (kubelets, containerd, bridges)")
     binaries = [BIN / c for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                                  "kubelet", "kube-proxy")] + [ETCD, COREDNS]  # fmt: skip
+                                  "kubelet", "kube-proxy")]  # fmt: skip
+    binaries += [ETCD, COREDNS, KUBE_ROUTER]
     missing = [b.name for b in binaries if not b.exists()]
     if missing:
         raise ClusterError(f"not built: {', '.join(missing)} (run hack/cluster/build-binaries.sh)")
-    for tool in ("containerd", "runc", "ctr", "openssl", "iptables", "ip", "nsenter"):
+    for tool in ("containerd", "runc", "ctr", "openssl", "iptables", "ipset", "ip", "nsenter"):
         if shutil.which(tool) is None:
             raise ClusterError(f"{tool} is not installed (run hack/cluster/install-host.sh)")
 
@@ -112,6 +114,7 @@ def up(count: int) -> None:
         (RUN / sub).mkdir(parents=True, exist_ok=True)
     network.setup_host()
     make_pki()
+    issue_kube_router()
     for user in CONTROL_PLANE_USERS:
         write_kubeconfig(kubeconfig(user), user)
     KUBECONFIG_LINK.parent.mkdir(exist_ok=True)

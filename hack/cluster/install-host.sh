@@ -2,7 +2,7 @@
 # Installs what the local cluster needs from Debian's packages, when it is missing:
 # containerd and runc (the container runtime), the CNI plugins (bridge, host-local,
 # loopback, portmap), buildah and mmdebstrap (images without a Docker engine), iptables
-# and conntrack (kube-proxy), openssl (the cluster's certificates), gcc with a static libc
+# and conntrack (kube-proxy), ipset (kube-router's network-policy controller), openssl (the cluster's certificates), gcc with a static libc
 # (the pause binary). Go comes with the machine; everything else is built by
 # build-binaries.sh.
 set -euo pipefail
@@ -15,6 +15,7 @@ have buildah || need+=(buildah)
 have mmdebstrap || need+=(mmdebstrap)
 have iptables || need+=(iptables)
 have conntrack || need+=(conntrack)
+have ipset || need+=(ipset)
 have openssl || need+=(openssl)
 have nsenter || need+=(util-linux)
 have gcc || need+=(gcc)

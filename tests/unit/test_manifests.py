@@ -590,6 +590,27 @@ def test_network_policy() -> None:
     }
 
 
+@pytest.mark.parametrize("metrics_from", [("monitoring",), ("monitoring", "ops", "monitoring")])
+def test_network_policy_admits_metrics_from_the_namespaces_named(
+    metrics_from: tuple[str, ...]
+) -> None:
+    policy = manifests.build_network_policy(job(metrics={"port": 9100}), metrics_from=metrics_from)
+    grpc, metrics = policy["spec"]["ingress"]
+    assert grpc["from"] == [{"podSelector": {"matchLabels": {naming.LABEL_JOB_NAME: "job"}}}]
+    assert metrics == {
+        "ports": [{"protocol": "TCP", "port": 9100}],
+        "from": [{"namespaceSelector": {"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name", "operator": "In",
+            "values": sorted(set(metrics_from)),
+        }]}}],
+    }  # fmt: skip
+
+
+def test_network_policy_without_a_metrics_port_has_only_the_grpc_rule() -> None:
+    policy = manifests.build_network_policy(job(metrics={"port": 0}), metrics_from=("monitoring",))
+    assert [rule["ports"][0]["port"] for rule in policy["spec"]["ingress"]] == [2222]
+
+
 # --- gang scheduling --------------------------------------------------------------------
 
 

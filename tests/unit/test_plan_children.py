@@ -136,3 +136,25 @@ def test_reconcile_children_never_creates_over_a_terminating_pod() -> None:
     ctx = context(JOB, pods, {"conditions": [CREATED]})
     reconcile_children(ctx)
     assert ctx.actions == []
+
+
+REFUSED = {"type": naming.CONDITION_REPLICA_FAILURE, "status": "True",
+           "reason": naming.REASON_FAILED_CREATE, "lastTransitionTime": "t",
+           "message": 'create Pod j-ps-0: HTTP 403: pods "j-ps-0" is forbidden'}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "present",
+    [
+        ["j-ps-0", "j-chief-0", "j-worker-0"],  # this pass creates the missing pod
+        ["j-ps-0", "j-chief-0", "j-worker-0", "j-worker-1"],  # nothing is missing
+    ],
+)
+def test_a_refused_create_is_cleared_once_every_replica_has_its_pod(present: list[str]) -> None:
+    """Cleared in the pass that creates the last pod: its status patch goes out only after
+    the creates succeed (a refusal stops the pass and sets the condition again)."""
+    pods = [p for p in pods_of(JOB) if p.name in present]
+    ctx = context(JOB, pods, {"conditions": [CREATED, REFUSED]})
+    reconcile_children(ctx)
+    assert condition(ctx, naming.CONDITION_REPLICA_FAILURE) == ("False", naming.REASON_PODS_CREATED)
+    assert created(ctx) == [("Pod", n) for n in ("j-worker-1",) if n not in present]

@@ -41,6 +41,7 @@ CACHE = Path(
 BIN = CACHE / f"kubernetes-{VERSIONS['KUBERNETES_VERSION']}" / "bin"
 ETCD = CACHE / f"etcd-{VERSIONS['ETCD_VERSION']}" / "bin" / "etcd"
 COREDNS = CACHE / f"coredns-{VERSIONS['COREDNS_VERSION']}" / "bin" / "coredns"
+KUBE_ROUTER = CACHE / f"kube-router-{VERSIONS['KUBE_ROUTER_VERSION']}" / "bin" / "kube-router"
 RUN = Path(os.environ.get("SYNCREPLICAS_CLUSTER_DIR", "/tmp/syncreplicas-cluster"))
 KUBECONFIG_LINK = REPO / ".cluster" / "kubeconfig"
 PKI = RUN / "pki"
@@ -67,12 +68,14 @@ DEFAULT_NODES = 3
 
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                  "coredns", "kube-proxy")  # fmt: skip
-NODE_DAEMONS = ("containerd", "kubelet", "kube-proxy")
+# kube-router runs its network-policy controller only: NetworkPolicy enforced on the node.
+NODE_DAEMONS = ("containerd", "kubelet", "kube-proxy", "kube-router")
 
 
 @dataclass(frozen=True)
 class Node:
-    """One node: a network namespace with its own containerd, kubelet and kube-proxy."""
+    """One node: a network namespace with its own containerd, kubelet, kube-proxy and
+    kube-router (NetworkPolicy)."""
 
     index: int  # 1-based
 

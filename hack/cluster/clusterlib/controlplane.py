@@ -48,6 +48,29 @@ metadata: {name: "system:coredns"}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:coredns"}
 subjects:
   - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:coredns"}
+---
+# kube-router with --run-firewall only: its informers (it starts those of services and
+# endpoints too) and its own Node.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "system:kube-router"}
+rules:
+  - apiGroups: [""]
+    resources: [namespaces, pods, services, endpoints, nodes]
+    verbs: [get, list, watch]
+  - apiGroups: [networking.k8s.io]
+    resources: [networkpolicies]
+    verbs: [list, watch]
+  - apiGroups: [discovery.k8s.io]
+    resources: [endpointslices]
+    verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "system:kube-router"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:kube-router"}
+subjects:
+  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:kube-router"}
 """
 
 # What the API server records: every request of the operator's ServiceAccount (metadata

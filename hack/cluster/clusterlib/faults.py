@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import network
 from . import node as nodes
-from .config import Node, current_nodes
+from .config import NODE_DAEMONS, Node, current_nodes
 from .procs import ClusterError, kubectl, log, running_pid, stop
 
 
@@ -120,8 +120,7 @@ def describe(node: Node) -> dict[str, object]:
         "podCIDR": node.pod_cidr,
         "netns": network.netns_exists(node),
         "link": "up" if network.netns_exists(node) and network.link_up(node) else "down",
-        "daemons": {d: running_pid(node.daemon(d)) for d in ("containerd", "kubelet",
-                                                              "kube-proxy")},
+        "daemons": {d: running_pid(node.daemon(d)) for d in NODE_DAEMONS},
     }
     with contextlib.suppress(Exception):
         state["ready"] = nodes.ready(node)

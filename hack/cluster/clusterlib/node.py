@@ -1,6 +1,7 @@
-"""One node: containerd (with runc and the CNI bridge plugin), the kubelet and kube-proxy,
-each a process in the node's network namespace and the node's cgroup, with the node's own
-state directory, image store, pod range and certificates."""
+"""One node: containerd (with runc and the CNI bridge plugin), the kubelet, kube-proxy and
+kube-router's network-policy controller, each a process in the node's network namespace
+and the node's cgroup, with the node's own state directory, image store, pod range and
+certificates."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from .config import (
     BIN,
     CLUSTER_DOMAIN,
     CONTROL_PLANE_IP,
+    KUBE_ROUTER,
     NODE_DAEMONS,
     PKI,
+    SERVICE_CIDR,
     VERSIONS,
     Node,
 )  # fmt: skip
@@ -206,7 +209,7 @@ def start_node(node: Node, others: list[Node]) -> None:
 
 
 def start_agents(node: Node) -> None:
-    """The kubelet and kube-proxy, when they do not run."""
+    """The kubelet, kube-proxy and kube-router, when they do not run."""
     start(node.daemon("kubelet"), [
         BIN / "kubelet",
         "--config", node.dir / "kubelet.yaml",
@@ -219,6 +222,21 @@ def start_agents(node: Node) -> None:
     start(node.daemon("kube-proxy"),
           [BIN / "kube-proxy", "--config", node.dir / "kube-proxy.yaml", "--v", "1"],
           netns=node.netns, cgroup=node.cgroup)  # fmt: skip
+    # NetworkPolicy, as k3s runs it: kube-router's firewall (its network-policy controller)
+    # alone, beside kube-proxy and the bridge CNI. It filters the node's pods' ingress and
+    # egress in the node's own iptables and ipsets, from the pods, namespaces and policies
+    # it watches; a full resync every 30 s besides the one each change starts.
+    start(node.daemon("kube-router"), [
+        KUBE_ROUTER,
+        "--kubeconfig", kubeconfig("kube-router"),
+        "--hostname-override", node.name,
+        "--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
+        "--enable-cni=false",
+        "--service-cluster-ip-range", SERVICE_CIDR,
+        "--iptables-sync-period", "30s",
+        "--metrics-port", "0",
+        "--v", "1",
+    ], netns=node.netns, cgroup=node.cgroup)  # fmt: skip
 
 
 def wait_ready(node: Node, timeout: float = 120) -> None:

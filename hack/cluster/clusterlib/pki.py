@@ -87,9 +87,16 @@ def make_pki() -> None:
     issue("kube-scheduler", "/CN=system:kube-scheduler")
     issue("kube-proxy", "/CN=system:kube-proxy")
     issue("coredns", "/CN=system:coredns")
+    issue_kube_router()
     # The aggregation layer's front proxy: its own CA, as kubeadm does.
     _self_signed("front-proxy-ca", "/CN=front-proxy-ca")
     issue("front-proxy-client", "/CN=front-proxy-client", ca="front-proxy-ca")
+
+
+def issue_kube_router() -> None:
+    """kube-router's identity (its own ClusterRole), also for a cluster that started
+    before it ran kube-router."""
+    issue("kube-router", "/CN=system:kube-router")
 
 
 def make_node_pki(node: Node) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -30,7 +31,7 @@ from ..core.actions import WARNING, CreateChild, DeletePodGroup
 from ..core.plan.pipeline import plan_job
 from ..core.recovery import SeenPod
 from ..core.spec import Job, Problem, SpecError, immutable_changes, parse_job
-from ..core.status import ObservedPod, observe_pod
+from ..core.status import ObservedPod, observe_pod, set_condition
 from ..core.straggler import Scrape, drop_fractions
 from ..core.timefmt import format_time
 from ..resources import k8s
@@ -252,8 +253,9 @@ async def reconcile(
     now = datetime.now(UTC)
     # Planning a large job builds thousands of pod bodies: keep it off the event loop.
     plan = await asyncio.to_thread(
-        plan_job, job, observed, current_status, now, default_image=SETTINGS.image
-    )
+        functools.partial(plan_job, job, observed, current_status, now,
+                          default_image=SETTINGS.image, metrics_from=SETTINGS.metrics_from)
+    )  # fmt: skip
     if plan.actions:
         summary = collections.Counter(
             f"create {a.kind}" if isinstance(a, CreateChild) else type(a).__name__
@@ -370,10 +372,21 @@ async def report_write_failure(raw: Mapping[str, Any], state: JobState, exc: k8s
     if message == state.last_error:
         return
     state.last_error = message
+    refused = isinstance(exc, k8s.CreateRefused)
+    reason = naming.REASON_FAILED_CREATE if refused else naming.REASON_WRITE_FAILED
     with contextlib.suppress(k8s.ApiError):
-        await asyncio.to_thread(
-            api().post_event, meta["namespace"], raw, WARNING, naming.REASON_WRITE_FAILED, message
-        )
+        await asyncio.to_thread(api().post_event, meta["namespace"], raw, WARNING, reason, message)
+    if refused:
+        # Also in the status (kubectl get -o yaml, describe): the job waits on this.
+        conditions = set_condition(
+            (raw.get("status") or {}).get("conditions") or [],
+            naming.CONDITION_REPLICA_FAILURE, True, reason, message,
+            format_time(datetime.now(UTC)),
+        )  # fmt: skip
+        with contextlib.suppress(k8s.ApiError):
+            await asyncio.to_thread(
+                api().patch_status, meta["namespace"], meta["name"], {"conditions": conditions}
+            )
 
 
 async def report_refused(raw: Mapping[str, Any], state: JobState, problems: list[Problem]) -> None:

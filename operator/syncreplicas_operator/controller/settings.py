@@ -38,6 +38,9 @@ class Settings:
     # re-create the replicas of a lost node. Off: Kubernetes' own handling alone.
     node_loss_handling: bool = True
     node_lease_grace: float = DEFAULT_LEASE_GRACE_SECONDS
+    # Namespaces whose pods may read the replicas' metrics port (the job's NetworkPolicy);
+    # empty: any source. Set, it always holds the operator's own (it reads the replicas).
+    metrics_from: tuple[str, ...] = ()
 
 
 SETTINGS = Settings()
@@ -89,6 +92,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--image",
         default=SETTINGS.image,
         help="runtime image for pods whose spec and template name none (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--metrics-from-namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="admit the replicas' metrics port only from pods in this namespace "
+        "(repeatable; the operator's own, $POD_NAMESPACE, is always added); default: "
+        "from anywhere. Applies to NetworkPolicies created from then on",
     )
     parser.add_argument(
         "--node-loss-handling",
@@ -165,12 +177,21 @@ def configure(args: argparse.Namespace) -> None:
     SETTINGS.replica_scrape_interval = args.replica_scrape_interval
     SETTINGS.scrape_concurrency = args.scrape_concurrency
     SETTINGS.image = args.image
+    SETTINGS.metrics_from = metrics_namespaces(args.metrics_from_namespace)
     if args.node_lease_grace_seconds <= 0:
         raise SystemExit("--node-lease-grace-seconds must be > 0")
     SETTINGS.node_loss_handling = args.node_loss_handling == "on"
     SETTINGS.node_lease_grace = args.node_lease_grace_seconds
     if problems := election_timings(args).problems():
         raise SystemExit(f"--leader-election-*: {'; '.join(problems)}")
+
+
+def metrics_namespaces(named: list[str]) -> tuple[str, ...]:
+    """Who may read the metrics port: the namespaces named, and the operator's own."""
+    if not named:
+        return ()
+    own = os.environ.get("POD_NAMESPACE")
+    return tuple(sorted({*named, *([own] if own else [])}))
 
 
 def election_timings(args: argparse.Namespace) -> Timings:

@@ -36,7 +36,7 @@ a decision the operator must take first:
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from . import naming, placement, podtemplate, tfconfig
@@ -374,9 +374,10 @@ def build_disruption_budget(job: Job) -> Manifest:
     }
 
 
-def build_network_policy(job: Job) -> Manifest:
+def build_network_policy(job: Job, *, metrics_from: Sequence[str] = ()) -> Manifest:
     """Ingress to the job's pods: gRPC only from the job's own pods (TensorFlow's gRPC has
-    no authentication), metrics from anywhere (scrapers). Other ingress is denied."""
+    no authentication); metrics from anywhere (scrapers), or with ``metrics_from`` only
+    from pods in those namespaces. Other ingress is denied."""
     selector = {"matchLabels": naming.job_labels(job.name)}
     ingress: list[Manifest] = [
         {
@@ -385,7 +386,14 @@ def build_network_policy(job: Job) -> Manifest:
         }
     ]
     if job.spec.metrics.port:
-        ingress.append({"ports": [{"protocol": "TCP", "port": job.spec.metrics.port}]})
+        metrics: Manifest = {"ports": [{"protocol": "TCP", "port": job.spec.metrics.port}]}
+        if metrics_from:
+            # Every namespace carries its name in this label (set by the API server).
+            names = sorted(set(metrics_from))
+            metrics["from"] = [{"namespaceSelector": {"matchExpressions": [
+                {"key": naming.NAMESPACE_NAME_LABEL, "operator": "In", "values": names}
+            ]}}]  # fmt: skip
+        ingress.append(metrics)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -400,14 +408,16 @@ def build_network_policy(job: Job) -> Manifest:
     }
 
 
-def build_children(job: Job, *, default_image: str = DEFAULT_IMAGE) -> list[Manifest]:
+def build_children(
+    job: Job, *, default_image: str = DEFAULT_IMAGE, metrics_from: Sequence[str] = ()
+) -> list[Manifest]:
     """Everything the job consists of, in creation order: its PodGroup (with a scheduling
     policy), the NetworkPolicy, then per replica (PS, chief, workers) its Service before
     its Pod."""
     children: list[Manifest] = []
     if job.spec.run_policy.scheduling_policy is not None:
         children.append(build_pod_group(job))
-    children.append(build_network_policy(job))
+    children.append(build_network_policy(job, metrics_from=metrics_from))
     children.append(build_disruption_budget(job))
     cluster = job_cluster(job)
     for replica_type, count in job.spec.replica_counts().items():

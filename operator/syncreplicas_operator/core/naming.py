@@ -53,6 +53,10 @@ ANNOTATION_RESTART_ROUND: Final = f"{GROUP}/restart-round"
 # an older incarnation still running (a pod of a lost node force-deleted and re-created).
 ANNOTATION_INCARNATION: Final = f"{GROUP}/incarnation"
 
+# Every namespace's own name, as a label the API server sets (a NetworkPolicy selects
+# namespaces by it).
+NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
+
 # --- nodes: what the operator reads to tell a lost node ----------------------------------
 
 # The kubelets' heartbeats: one Lease per node, named like the node, in this namespace.
@@ -133,6 +137,10 @@ CONDITION_DEGRADED: Final = "Degraded"
 CONDITION_STRAGGLER_DETECTED: Final = "StragglerDetected"
 # An elastic job's worker pods are being created or deleted to match spec.workers.
 CONDITION_RESIZING: Final = "Resizing"
+# A child the API server refused to create (admission such as Pod Security, quota, a
+# template it finds invalid), as a ReplicaSet reports it; False again once every replica
+# has its pod.
+CONDITION_REPLICA_FAILURE: Final = "ReplicaFailure"
 CONDITION_TYPES: Final = (
     CONDITION_CREATED,
     CONDITION_RUNNING,
@@ -144,6 +152,7 @@ CONDITION_TYPES: Final = (
     CONDITION_DEGRADED,
     CONDITION_STRAGGLER_DETECTED,
     CONDITION_RESIZING,
+    CONDITION_REPLICA_FAILURE,
 )
 
 REASON_INVALID_SPEC: Final = "InvalidSpec"
@@ -177,6 +186,9 @@ REASON_STRAGGLER_CLEARED: Final = "StragglerCleared"
 REASON_STRAGGLER_EVICTED: Final = "StragglerEvicted"
 REASON_CLEANED_UP: Final = "CleanedUp"
 REASON_WRITE_FAILED: Final = "WriteFailed"
+# The API server refused to create a child; the message is the server's own.
+REASON_FAILED_CREATE: Final = "FailedCreate"
+REASON_PODS_CREATED: Final = "PodsCreated"
 REASON_GANG_SCHEDULER_MISSING: Final = "GangSchedulerMissing"
 REASON_FORCE_DELETED: Final = "ForceDeleted"
 # Replicas on a node that is lost (gone, not ready, its kubelet silent, out of service):

@@ -47,11 +47,38 @@ MERGE_PATCH = "application/merge-patch+json"
 
 
 class ApiError(RuntimeError):
-    """A request the API answered with an unexpected status."""
+    """A request the API answered with an unexpected status. ``message`` is the API
+    server's own (its Status object's), or the start of the body."""
 
     def __init__(self, method: str, path: str, status: int, body: str) -> None:
         self.status = status
-        super().__init__(f"{method} {path}: HTTP {status}: {body[:300]}")
+        self.message = status_message(body)
+        super().__init__(f"{method} {path}: HTTP {status}: {self.message}")
+
+
+class CreateRefused(ApiError):
+    """The API server refused to create a child (admission, quota, validation): a
+    lasting answer about that object, not a passing fault."""
+
+    def __init__(self, kind: str, name: str, error: ApiError) -> None:
+        self.kind, self.name = kind, name
+        RuntimeError.__init__(self, f"create {kind} {name}: HTTP {error.status}: {error.message}")
+        self.status, self.message = error.status, error.message
+
+
+# Answers to a create that say "not this object" (forbidden by admission or RBAC,
+# invalid, quota exceeded), as opposed to the server being unavailable.
+REFUSALS: frozenset[int] = frozenset({400, 403, 422})
+
+
+def status_message(body: str) -> str:
+    """The ``message`` of a Kubernetes Status body; else the body's first 300 characters."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body[:300]
+    message = parsed.get("message") if isinstance(parsed, dict) else None
+    return str(message) if message else body[:300]
 
 
 def load_api_client(connections: int = 32) -> client.ApiClient:
@@ -129,8 +156,14 @@ class Api:
 
     def create(self, namespace: str, body: Mapping[str, Any]) -> bool:
         """Create ``body`` (its ``kind`` picks the endpoint); False if it already existed."""
-        path = collection_path(str(body["kind"]), namespace, str(body.get("apiVersion", "")))
-        status, _ = self._call("POST", path, dict(body), ok=(409,))
+        kind = str(body["kind"])
+        path = collection_path(kind, namespace, str(body.get("apiVersion", "")))
+        try:
+            status, _ = self._call("POST", path, dict(body), ok=(409,))
+        except ApiError as exc:
+            if exc.status in REFUSALS:
+                raise CreateRefused(kind, str(body["metadata"]["name"]), exc) from exc
+            raise
         return status != 409
 
     def delete(

@@ -70,6 +70,9 @@ def reconcile_children(ctx: PlanContext) -> bool:
     _report_created(ctx, f"created {pods} pod(s) and {services} service(s)", pods + services)
     if ctx.status.get("restartJob") and ps_up and _all_there(ctx):
         ctx.status.pop("restartJob", None)
+    if condition_is_true(ctx.conditions, naming.CONDITION_REPLICA_FAILURE) and _all_there(ctx):
+        ctx.condition(naming.CONDITION_REPLICA_FAILURE, False, naming.REASON_PODS_CREATED,
+                      "every replica has its pod")  # fmt: skip
     return False
 
 
@@ -79,7 +82,8 @@ def _create_pod_group_and_policy(ctx: PlanContext) -> None:
     if gang and ctx.observed.pod_group is not True:
         ctx.actions.append(CreateChild(manifests.build_pod_group(ctx.job)))
     if not ctx.observed.network_policy:
-        ctx.actions.append(CreateChild(manifests.build_network_policy(ctx.job)))
+        policy = manifests.build_network_policy(ctx.job, metrics_from=ctx.inputs.metrics_from)
+        ctx.actions.append(CreateChild(policy))
 
 
 def _create_services(ctx: PlanContext) -> int:

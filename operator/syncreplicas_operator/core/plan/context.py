@@ -83,6 +83,8 @@ class Inputs:
     status: Mapping[str, Any]
     now: datetime
     default_image: str
+    # Namespaces whose pods may read the replicas' metrics port; empty: any.
+    metrics_from: tuple[str, ...] = ()
 
 
 class PlanContext:

@@ -40,13 +40,15 @@ def plan_job(
     now: datetime,
     *,
     default_image: str = manifests.DEFAULT_IMAGE,
+    metrics_from: tuple[str, ...] = (),
 ) -> Plan:
     """The actions that move the job's children towards its spec, and its new status.
 
     ``status`` is the job's current ``.status`` (possibly empty); ``now`` is aware;
-    ``default_image`` runs pods whose spec and template name no image.
+    ``default_image`` runs pods whose spec and template name no image; ``metrics_from``
+    names the namespaces whose pods may read the metrics port (empty: any).
     """
-    ctx = PlanContext(Inputs(job, observed, status, now, default_image))
+    ctx = PlanContext(Inputs(job, observed, status, now, default_image, metrics_from))
     for step in STEPS:
         if step(ctx):
             break

@@ -1,0 +1,62 @@
+"""What the operator keeps of an API server's refusal, and who may read the metrics port."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from syncreplicas_operator.controller.settings import metrics_namespaces
+from syncreplicas_operator.resources import k8s
+
+FORBIDDEN = json.dumps({
+    "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden",
+    "code": 403,
+    "message": 'pods "j-ps-0" is forbidden: violates PodSecurity "restricted:latest": '
+               "runAsNonRoot != true (pod must not set securityContext.runAsNonRoot=false)",
+})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (FORBIDDEN, json.loads(FORBIDDEN)["message"]),
+        ("upstream connect error", "upstream connect error"),
+        (json.dumps({"kind": "Status"}), json.dumps({"kind": "Status"})),
+        ("x" * 400, "x" * 300),
+    ],
+)
+def test_the_api_servers_own_message_is_kept_whole(body: str, message: str) -> None:
+    assert k8s.status_message(body) == message
+    error = k8s.ApiError("POST", "/api/v1/namespaces/n/pods", 403, body)
+    assert error.message == message
+    assert str(error) == f"POST /api/v1/namespaces/n/pods: HTTP 403: {message}"
+
+
+def test_a_refused_create_names_the_object_and_keeps_the_servers_words() -> None:
+    error = k8s.ApiError("POST", "/api/v1/namespaces/n/pods", 403, FORBIDDEN)
+    refused = k8s.CreateRefused("Pod", "j-ps-0", error)
+    assert isinstance(refused, k8s.ApiError)
+    assert (refused.kind, refused.name, refused.status) == ("Pod", "j-ps-0", 403)
+    assert str(refused).startswith('create Pod j-ps-0: HTTP 403: pods "j-ps-0" is forbidden: '
+                                   'violates PodSecurity "restricted:latest"')  # fmt: skip
+    assert 403 in k8s.REFUSALS and 503 not in k8s.REFUSALS and 409 not in k8s.REFUSALS
+
+
+@pytest.mark.parametrize(
+    ("named", "own", "expected"),
+    [
+        ([], "syncreplicas-system", ()),  # from anywhere
+        (["monitoring"], "syncreplicas-system", ("monitoring", "syncreplicas-system")),
+        (["monitoring", "monitoring"], None, ("monitoring",)),
+        (["syncreplicas-system"], "syncreplicas-system", ("syncreplicas-system",)),
+    ],
+)
+def test_the_operators_own_namespace_always_reads_the_metrics(
+    monkeypatch: pytest.MonkeyPatch, named: list[str], own: str | None,
+    expected: tuple[str, ...],
+) -> None:  # fmt: skip
+    if own is None:
+        monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    else:
+        monkeypatch.setenv("POD_NAMESPACE", own)
+    assert metrics_namespaces(named) == expected
