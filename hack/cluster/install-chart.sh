@@ -18,6 +18,11 @@ if "$kubectl" get crd syncreplicasjobs.syncreplicas.io >/dev/null 2>&1; then
   "$kubectl" apply --server-side --force-conflicts \
     -f "$repo/charts/syncreplicas/crds/" >/dev/null
 fi
+# The operator's namespace enforces the restricted Pod Security Standard, as a cluster
+# administrator would set it: the chart's pods must be admitted under it.
+"$kubectl" create namespace "$namespace" --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
+"$kubectl" label namespace "$namespace" --overwrite >/dev/null \
+  pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/warn=restricted
 "$helm" upgrade --install syncreplicas "$repo/charts/syncreplicas" \
   --namespace "$namespace" --create-namespace --wait --timeout 5m \
   --set-string "podAnnotations.syncreplicas\.io/image-id=${image_id#sha256:}" "$@"
