@@ -65,6 +65,7 @@ def test_a_jobs_pods_train_in_a_restricted_namespace_and_a_root_template_is_refu
     assert failed and failed[0]["type"] == "Warning", events
     assert 'violates PodSecurity "restricted:latest"' in failed[0]["message"]
     assert kube.pods(namespace, "syncreplicas.io/job-name=rooted") == []
+    assert srj(namespace, "rooted")["status"]["phase"] == "Pending"  # kubectl get srj
 
     # The job that asks for nothing more: admitted, trained to the end.
     def finished() -> dict[str, Any] | None:

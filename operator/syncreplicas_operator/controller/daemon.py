@@ -31,7 +31,7 @@ from ..core.actions import WARNING, CreateChild, DeletePodGroup
 from ..core.plan.pipeline import plan_job
 from ..core.recovery import SeenPod
 from ..core.spec import Job, Problem, SpecError, immutable_changes, parse_job
-from ..core.status import ObservedPod, observe_pod, set_condition
+from ..core.status import ObservedPod, observe_pod, phase_of, set_condition
 from ..core.straggler import Scrape, drop_fractions
 from ..core.timefmt import format_time
 from ..resources import k8s
@@ -385,8 +385,9 @@ async def report_write_failure(raw: Mapping[str, Any], state: JobState, exc: k8s
         )  # fmt: skip
         with contextlib.suppress(k8s.ApiError):
             await asyncio.to_thread(
-                api().patch_status, meta["namespace"], meta["name"], {"conditions": conditions}
-            )
+                api().patch_status, meta["namespace"], meta["name"],
+                {"conditions": conditions, "phase": phase_of(conditions)},
+            )  # fmt: skip
 
 
 async def report_refused(raw: Mapping[str, Any], state: JobState, problems: list[Problem]) -> None:
