@@ -29,32 +29,36 @@ from .procs import http_ok, kubectl, start, wait_for, write_config
 
 CONTROL_PLANE_NODE_NAME = "syncreplicas-control-plane"
 
-# RBAC that a real cluster's add-ons bring along: CoreDNS reads services and endpoints.
-BOOTSTRAP_RBAC = """
+
+def _add_on_role(user: str, rules: str) -> str:
+    """A ClusterRole named like the add-on's user, with ``rules`` (YAML), bound to it."""
+    return f"""---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
-metadata: {name: "system:coredns"}
+metadata: {{name: "{user}"}}
 rules:
+{rules.strip(chr(10))}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: "{user}"}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "{user}"}}
+subjects:
+  - {{apiGroup: rbac.authorization.k8s.io, kind: User, name: "{user}"}}
+"""
+
+
+# RBAC that a real cluster's add-ons bring along: CoreDNS reads services and endpoints;
+# kube-router (--run-firewall only) starts informers of pods, namespaces, policies,
+# services and endpoints, and reads its own Node.
+BOOTSTRAP_RBAC = _add_on_role("system:coredns", """
   - apiGroups: [""]
     resources: [endpoints, services, pods, namespaces]
     verbs: [list, watch]
   - apiGroups: [discovery.k8s.io]
     resources: [endpointslices]
     verbs: [list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: "system:coredns"}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:coredns"}
-subjects:
-  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:coredns"}
----
-# kube-router with --run-firewall only: its informers (it starts those of services and
-# endpoints too) and its own Node.
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: "system:kube-router"}
-rules:
+""") + _add_on_role("system:kube-router", """
   - apiGroups: [""]
     resources: [namespaces, pods, services, endpoints, nodes]
     verbs: [get, list, watch]
@@ -64,14 +68,7 @@ rules:
   - apiGroups: [discovery.k8s.io]
     resources: [endpointslices]
     verbs: [list, watch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: "system:kube-router"}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:kube-router"}
-subjects:
-  - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:kube-router"}
-"""
+""")
 
 # What the API server records: every request of the operator's ServiceAccount (metadata
 # only), so that its API traffic for a job can be counted (bench/cluster.py), and of every
