@@ -219,3 +219,53 @@ def test_only_the_jobs_own_pods_reach_its_grpc_ports(guarded: dict[str, Any]) ->
 
     status = kube.eventually("the job finished", done, 240)
     assert status["phase"] == "Succeeded", status
+
+
+def operator_rollout(*args: str) -> None:
+    """A helm upgrade (or rollback) of the chart, waited for until a replica leads."""
+    kube.helm(*args, "--wait", "--timeout", "5m")
+    kube.kubectl("rollout", "status", "deployment/syncreplicas-operator", "-n",
+                 kube.RELEASE_NAMESPACE, "--timeout=180s", timeout=200)  # fmt: skip
+    kube.eventually("an operator replica leading", kube.leader_pod, 60)
+
+
+@pytest.mark.timeout(600)
+def test_the_metrics_port_admits_only_the_namespaces_the_chart_names(
+    guarded: dict[str, Any],
+) -> None:
+    """`networkPolicy.metricsFromNamespaces`: a job created under it admits the metrics
+    port from those namespaces' pods (and the operator's), from no one else."""
+    namespace, other = guarded["namespace"], guarded["other"]
+    operator_rollout("upgrade", kube.RELEASE, str(kube.CHART), "-n", kube.RELEASE_NAMESPACE,
+                     "--reuse-values", "--set", f"networkPolicy.metricsFromNamespaces={{{other}}}")
+    try:
+        job = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
+        job["metadata"]["name"] = "watched"
+        job["spec"].update({"workers": 1, "replicasToAggregate": 2, "parameterServers": 1})
+        job["spec"]["training"]["maxSteps"] = 1_000_000
+        kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job))
+        policy = kube.eventually("the new job's policy", lambda: kube.kubectl_json(
+            "get", "networkpolicy", "watched-grpc", "-n", namespace), 60)  # fmt: skip
+        (selector,) = policy["spec"]["ingress"][1]["from"]
+        named = selector["namespaceSelector"]["matchExpressions"][0]["values"]
+        assert named == sorted([other, kube.RELEASE_NAMESPACE]), policy
+
+        def watched() -> list[str] | None:
+            pods = kube.pods(namespace, "syncreplicas.io/job-name=watched")
+            ips = [p["status"].get("podIP") for p in pods if p["status"].get("phase") == "Running"]
+            return [f"{ip}:{METRICS}" for ip in ips] if len(ips) == 3 and all(ips) else None
+
+        metrics = kube.eventually("the new job's pods running", watched, 120)
+        intruder, bystander = guarded["probes"]
+        # From the namespace named: every metrics port (once each server listens).
+        kube.eventually("metrics open to the namespace named", lambda: set(
+            tcp(intruder, metrics).values()) == {"open"}, ENFORCED_WITHIN)  # fmt: skip
+        # From the job's own namespace, not named: none.
+        assert "open" not in tcp(bystander, metrics).values()
+        # The operator, in its own namespace, still reads them: the job's global step moves.
+        kube.eventually("the operator reading the chief's step", lambda: int((kube.kubectl_json(
+            "get", "srj", "watched", "-n", namespace).get("status") or {}).get(
+            "globalStep") or 0) > 0, 120)  # fmt: skip
+    finally:
+        kube.kubectl("delete", "srj", "watched", "-n", namespace, "--wait=false", check=False)
+        operator_rollout("rollback", kube.RELEASE, "-n", kube.RELEASE_NAMESPACE)
