@@ -76,6 +76,8 @@ class Expectations:
         for name in list(self.services):
             if name in services:
                 del self.services[name]
+        if policy:
+            self.policy_created = 0.0  # shown by the watch: its absence is now a deletion
         merged = dict(seen)
         for name in self.deleted:
             merged[name] = replace(merged[name], deleting=True)
