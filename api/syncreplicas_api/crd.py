@@ -5,7 +5,10 @@ returns dicts; ``hack/gencrd.py`` writes the files.
 
 CEL rules come from the markers: ``Immutable`` (``self == oldSelf``), ``CelBounds`` (the
 field's bounds), every enum field of the spec (``self in [...]``), every ``Rule`` and every
-``TransitionRule`` (``oldSelf``: updates only).
+``TransitionRule`` (``oldSelf``: updates only). Every integer of the spec has its bounds as
+a rule too: the schema's ``type: integer`` lets an integral float (``2.0``) through, a rule
+that reads the value refuses it at the field's own path ("expected int, got float64"), as
+the types do.
 """
 
 from __future__ import annotations
@@ -97,6 +100,8 @@ def _bounds_rule(node: Schema, marks: list[Any], where: str) -> Schema:
                 limit = getattr(mark, attribute)
                 rule.append(f"self {op} {_literal(kind, limit)}")
                 words.append((op, limit))
+    if not words:
+        raise ValueError(f"{where}: an integer of the spec needs a bound (its rule refuses 2.0)")
     if len(words) == 1:
         message = f"{where} must be {words[0][0]} {words[0][1]}"
     else:
@@ -154,7 +159,7 @@ def _field_schema(model: type[BaseModel], field: FieldView, where: str) -> Schem
         node["description"] = field.info.description
     rules = list(node.pop("x-kubernetes-validations", []))
     own: list[Schema] = []
-    if field.markers(CelBounds):
+    if field.markers(CelBounds) or (node["type"] == "integer" and _in_spec(model)):
         bounds = field.markers(annotated_types.Ge | annotated_types.Gt | annotated_types.Le)
         own.append(_bounds_rule(node, bounds, where))
     if "enum" in node and _in_spec(model):

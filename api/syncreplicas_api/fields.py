@@ -1,8 +1,9 @@
 """The vocabulary the API types are written in: strict scalar types, schema markers and
 the cross-field ``Rule``, each read both by pydantic (validation) and by ``crd`` (schema).
 
-A value is never coerced: ``"2"`` is not an integer, ``1`` is not a boolean, as on the API
-server. ``null`` means absent, as the API server prunes it.
+A value is never coerced: ``"2"`` and ``2.0`` are not integers, ``1`` is not a boolean, as
+on the API server (which refuses ``2.0`` through the CEL rule ``crd`` gives every integer of
+the spec). ``null`` means absent, as the API server prunes it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Generic, TypeVar
+from typing import Annotated, Any, ClassVar, Final, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, Strict, model_validator
 from pydantic.alias_generators import to_camel
@@ -50,6 +51,31 @@ class GoPattern:
         return value
 
 
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class JsonInteger:
+    """An integer as the API server reads one from JSON: within int64, whatever the field's
+    ``format`` says (it checks no format's range). A larger number is a floating-point
+    number to it, refused as not an integer."""
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def _check(self, value: int) -> int:
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise PydanticCustomError(
+                "int64_range",
+                "must be an integer within int64 (-2^63 .. 2^63 - 1), got {value}",
+                {"value": value},
+            )
+        return value
+
+
 @dataclass(frozen=True)
 class Immutable:
     """The field cannot change once the job exists (the CRD's ``self == oldSelf``)."""
@@ -57,7 +83,8 @@ class Immutable:
 
 @dataclass(frozen=True)
 class CelBounds:
-    """The field's bounds, restated as a CEL rule whose message names the field."""
+    """The field's bounds, restated as a CEL rule whose message names the field (every
+    integer of the spec has its own anyway: ``crd``)."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +142,8 @@ class TransitionRule(Generic[Node]):
         return out
 
 
-Int32 = Annotated[int, Strict(), Format("int32")]
-Int64 = Annotated[int, Strict(), Format("int64")]
+Int32 = Annotated[int, Strict(), Format("int32"), JsonInteger()]
+Int64 = Annotated[int, Strict(), Format("int64"), JsonInteger()]
 Number = Annotated[float, Strict()]
 Bool = Annotated[bool, Strict()]
 Str = Annotated[str, Strict()]
