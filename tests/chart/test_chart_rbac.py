@@ -175,7 +175,7 @@ async def test_rbac_covers_exactly_what_the_operator_does(cluster: Cluster) -> N
     os.killpg(operator.proc.pid, signal.SIGTERM)
     await cluster.wait_for(lambda: operator.proc.poll() is not None, what="the operator's exit")
     used = used_permissions(cluster)
-    for sets in ([], [f"watchNamespace={NAMESPACE}"]):
+    for sets in ([], [f"watchNamespaces={{{NAMESPACE}}}"]):
         granted = granted_permissions(sets)
         missing = used - granted
         assert not missing, f"the operator needs permissions the chart does not grant: {missing}"

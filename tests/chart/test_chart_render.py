@@ -136,44 +136,13 @@ def test_monitoring_objects_only_when_enabled_and_api_present(values: Path | Non
 
 NODE_RBAC = ("-nodes", "-node-leases")
 LEADER_RBAC = "-leader-election"  # test_chart_operator_replicas.py
+# Every namespace, or two (a Role in each).
+SCOPES = [[], ["watchNamespaces={team-a,team-b}"]]
 
 
 def job_rbac(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The operator's objects without node-loss handling's and leader election's roles."""
     return [o for o in objects if not o["metadata"]["name"].endswith((*NODE_RBAC, LEADER_RBAC))]
-
-
-def test_default_install_is_cluster_wide() -> None:
-    objects = job_rbac(operator_objects(render()))
-    role, binding = one(objects, "ClusterRole"), one(objects, "ClusterRoleBinding")
-    assert not by_kind(objects, "Role") and not by_kind(objects, "RoleBinding")
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": role["metadata"]["name"],
-    }
-    sa = one(objects, "ServiceAccount")
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}
-    ]
-    args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert not [a for a in args if a.startswith("--namespace")]
-
-
-def test_watch_namespace_gives_a_role_in_that_namespace() -> None:
-    objects = job_rbac(operator_objects(render(sets=["watchNamespace=team-a"],
-                                               api_versions=[MONITORING_API])))
-    assert not by_kind(objects, "ClusterRole") and not by_kind(objects, "ClusterRoleBinding")
-    role, binding = one(objects, "Role"), one(objects, "RoleBinding")
-    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "team-a"
-    assert binding["roleRef"]["kind"] == "Role"
-    # The operator itself lives in the release namespace.
-    assert binding["subjects"][0]["namespace"] == NAMESPACE
-    assert one(objects, "Deployment")["metadata"]["namespace"] == NAMESPACE
-    args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--namespace=team-a" in args
-    pm = one(objects, "PodMonitor")
-    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
 
 
 # What the operator does to the API (k8s.py writes, kopf watches and patches): exactly
@@ -191,7 +160,7 @@ EXPECTED_RULES = {
 }
 
 
-@pytest.mark.parametrize("sets", [[], ["watchNamespace=team-a"]], ids=["cluster", "namespaced"])
+@pytest.mark.parametrize("sets", SCOPES, ids=["cluster", "namespaced"])
 def test_rbac_grants_only_what_the_operator_uses(sets: list[str]) -> None:
     objects = render(sets=sets)
     objects = job_rbac(operator_objects(objects))
@@ -206,7 +175,7 @@ def test_rbac_grants_only_what_the_operator_uses(sets: list[str]) -> None:
     assert granted == EXPECTED_RULES
 
 
-@pytest.mark.parametrize("sets", [[], ["watchNamespace=team-a"]], ids=["cluster", "namespaced"])
+@pytest.mark.parametrize("sets", SCOPES, ids=["cluster", "namespaced"])
 def test_node_loss_handling_reads_nodes_and_node_leases_only(sets: list[str]) -> None:
     """Cluster-wide Nodes (even for one watched namespace), Leases in kube-node-lease only;
     list and watch; none of it, and the operator told so, when the handling is off."""
@@ -237,7 +206,7 @@ def test_node_loss_handling_reads_nodes_and_node_leases_only(sets: list[str]) ->
     assert "--node-loss-handling=off" in args
 
 
-@pytest.mark.parametrize("sets", [[], ["watchNamespace=team-a"]], ids=["cluster", "namespaced"])
+@pytest.mark.parametrize("sets", SCOPES, ids=["cluster", "namespaced"])
 def test_users_may_edit_scale_and_view_jobs_through_the_default_roles(sets: list[str]) -> None:
     """Namespace users with Kubernetes' admin or edit role may create and `kubectl scale`
     SyncReplicasJobs; view may read them (aggregated ClusterRoles)."""
@@ -447,8 +416,9 @@ def test_operator_args_are_what_the_operator_cli_accepts(values: Path | None) ->
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert args.liveness_port == ports["health"]
     assert args.metrics_port == ports["metrics"]
-    watch = values_of(values).get("watchNamespace", "")
-    assert args.namespace == ([watch] if watch else [])
+    vals = values_of(values)
+    legacy = [vals["watchNamespace"]] if vals.get("watchNamespace") else []
+    assert args.namespace == [*vals.get("watchNamespaces", []), *legacy]
 
 
 def test_runtime_image_default_is_the_operators_default() -> None:

@@ -69,6 +69,21 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- end }}
 
+{{/*
+The namespaces the operator watches, as a JSON list (read it with fromJsonArray):
+watchNamespaces, then the deprecated watchNamespace, each once. Empty: every namespace.
+*/}}
+{{- define "syncreplicas.watchNamespaces" -}}
+{{- $namespaces := list }}
+{{- range .Values.watchNamespaces }}
+{{- $namespaces = append $namespaces . }}
+{{- end }}
+{{- with .Values.watchNamespace }}
+{{- $namespaces = append $namespaces . }}
+{{- end }}
+{{- $namespaces | uniq | toJson }}
+{{- end }}
+
 {{/* An image reference: repository:tag, or repository@digest when a digest is set. */}}
 {{- define "syncreplicas.image" -}}
 {{- $image := .image -}}

@@ -184,6 +184,16 @@ def configure(args: argparse.Namespace) -> None:
     SETTINGS.node_lease_grace = args.node_lease_grace_seconds
     if problems := election_timings(args).problems():
         raise SystemExit(f"--leader-election-*: {'; '.join(problems)}")
+    log_watched_namespaces(args.namespace)
+
+
+def log_watched_namespaces(namespaces: list[str]) -> None:
+    """Say once, at start, whose jobs this operator acts on (``--namespace``)."""
+    if namespaces:
+        log.info("watching SyncReplicasJobs in namespace(s) %s only; jobs in any other "
+                 "namespace are left alone", ", ".join(dict.fromkeys(namespaces)))  # fmt: skip
+    else:
+        log.info("watching SyncReplicasJobs in every namespace")
 
 
 def metrics_namespaces(named: list[str]) -> tuple[str, ...]:
