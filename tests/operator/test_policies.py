@@ -173,9 +173,16 @@ async def test_a_refused_write_is_reported_and_retried(shared_cluster: Cluster) 
     # kmock keeps the objects it refuses, so the retry finds them there.
     c.server[f"post /api/v1/namespaces/{ns}/pods"] << 403
     await c.create_job(job_manifest("wf", ns))
-    await c.wait_for(lambda: "WriteFailed" in c.event_reasons(ns), what="WriteFailed event")
-    event = next(e for e in c.objects("v1/events", ns) if e["reason"] == "WriteFailed")
+    failed = naming.REASON_FAILED_CREATE
+    await c.wait_for(lambda: failed in c.event_reasons(ns), what="FailedCreate event")
+    event = next(e for e in c.objects("v1/events", ns) if e["reason"] == failed)
     assert event["type"] == "Warning" and "403" in event["message"]
+    assert event["message"].startswith("create Pod wf-"), event["message"]  # which pod
     # The daemon survived and plans again from what the API shows.
     await c.wait_for(lambda: c.status(ns, "wf").get("phase") == naming.PHASE_CREATED)
-    assert c.event_reasons(ns).count("WriteFailed") == 1
+    assert c.event_reasons(ns).count(failed) == 1
+    # The refusal was in the status too (a condition is never added just to say False),
+    # and is resolved now that every replica has its pod.
+    refusal = c.condition(ns, "wf", naming.CONDITION_REPLICA_FAILURE)
+    assert refusal is not None and refusal["status"] == "False", refusal
+    assert refusal["reason"] == naming.REASON_PODS_CREATED
