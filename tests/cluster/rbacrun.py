@@ -175,7 +175,9 @@ def rbac_for(chart: ChartRbac, case: Case) -> list[dict[str, Any]]:
 
 
 def apply(objects: list[dict[str, Any]]) -> None:
-    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+    """Server-side: one request per object (a client-side apply reads each one first)."""
+    kube.kubectl("apply", "--server-side", "--field-manager=rbac-test", "-f", "-",
+                 input=yaml.safe_dump_all(objects))  # fmt: skip
 
 
 @dataclass
@@ -223,6 +225,8 @@ class Run:
                         "name": "edit"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                           "name": EDITOR}]})  # fmt: skip
+        # A run just before may still be deleting the audited namespace.
+        kube.kubectl("wait", "--for=delete", f"namespace/{SA_NAMESPACE}", "--timeout=120s")
         existing = kube.kubectl("get", "crd", "-o", "name").stdout
         for group, (version, _) in POD_GROUPS.items():
             if f"podgroups.{group}" not in existing:
