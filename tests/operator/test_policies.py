@@ -5,6 +5,7 @@ One operator serves all these tests (see ``shared_cluster``); each has its own n
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import re
 from collections.abc import AsyncIterator
@@ -186,3 +187,25 @@ async def test_a_refused_write_is_reported_and_retried(shared_cluster: Cluster) 
     refusal = c.condition(ns, "wf", naming.CONDITION_REPLICA_FAILURE)
     assert refusal is not None and refusal["status"] == "False", refusal
     assert refusal["reason"] == naming.REASON_PODS_CREATED
+
+
+@pytest.mark.parametrize("metrics_port", [9090, 0])
+async def test_a_job_whose_chief_never_runs_is_not_planned_over_and_over(
+    cluster: Cluster, metrics_port: int
+) -> None:
+    """Pods that stay Pending (unschedulable, an image still pulling), or metrics off: the
+    job is planned when something changes or a periodic pass is due, not in a loop."""
+    c, ns = cluster, "pending"
+    op = await c.start_operator()
+    await c.create_job(job_manifest("idle", ns, metrics={"port": metrics_port}))
+    await c.wait_for(lambda: len(c.pod_names(ns, "idle")) == 4, what="pods created")
+
+    async def passes() -> float:
+        text = await op.metrics_text()
+        found = re.search(r"^syncreplicas_operator_reconcile_seconds_count (\S+)$", text, re.M)
+        return float(found[1]) if found else 0.0
+
+    await asyncio.sleep(2)  # the creation's passes (the watch shows each new pod)
+    before = await passes()
+    await asyncio.sleep(4)
+    assert await passes() - before <= 2, "the job was planned again and again"

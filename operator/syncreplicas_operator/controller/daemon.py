@@ -288,9 +288,16 @@ async def reconcile(
     if gone:
         return None
     metrics().set_phase(namespace, name, plan.status.get("phase"))
-    delays = [IDLE_SECONDS, max(0.0, state.next_step_read - time.monotonic())]
+    delays = [IDLE_SECONDS]
     if job.spec.metrics.port > 0:
-        delays.append(max(0.0, state.next_gradients_read - time.monotonic()))
+        # Come back for a read only when there is something to read: a running chief for
+        # the steps, a running chief or worker for the gradients (a pod that starts running
+        # wakes this loop). Else a job whose replicas never run (or a job without metrics)
+        # would be planned again at once, forever.
+        if replicametrics.running_chief(pods) is not None:
+            delays.append(max(0.0, state.next_step_read - time.monotonic()))
+        if replicametrics.gradient_sources(pods):
+            delays.append(max(0.0, state.next_gradients_read - time.monotonic()))
     if plan.requeue_after is not None:
         delays.append(plan.requeue_after + 0.05)
     if state.expectations.pending:

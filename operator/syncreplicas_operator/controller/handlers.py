@@ -110,6 +110,13 @@ def policies_by_job(namespace: str, name: str, body: kopf.Body, **_: Any) -> dic
     return {(namespace, job_name_of(body)): name}
 
 
+# A policy deleted under a running job is created again at once (an indexer is not called
+# for a deletion): its pods' gRPC port must not stay open.
+@kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=CHILD_LABELS)
+def policy_changed(namespace: str, body: kopf.Body, **_: Any) -> None:
+    daemon.wake(namespace, job_name_of(body))
+
+
 @kopf.on.event(*JOBS)
 def job_changed(namespace: str, name: str, **_: Any) -> None:
     daemon.wake(namespace, name)

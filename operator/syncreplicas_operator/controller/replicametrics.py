@@ -93,11 +93,9 @@ async def read_progress(pods: Iterable[ObservedPod], port: int, timeout: float) 
     )
 
 
-async def read_gradients(
-    pods: Iterable[ObservedPod], port: int, timeout: float, concurrency: int
-) -> Scrape:
-    """Pushed and dropped gradient counters of every running chief and worker."""
-    targets = [
+def gradient_sources(pods: Iterable[ObservedPod]) -> list[ObservedPod]:
+    """The replicas whose gradient counters can be read now: running chief and workers."""
+    return [
         pod
         for pod in pods
         if pod.replica_type in (naming.CHIEF, naming.WORKER)
@@ -105,6 +103,13 @@ async def read_gradients(
         and pod.pod_ip
         and not pod.deleting
     ]
+
+
+async def read_gradients(
+    pods: Iterable[ObservedPod], port: int, timeout: float, concurrency: int
+) -> Scrape:
+    """Pushed and dropped gradient counters of every running chief and worker."""
+    targets = gradient_sources(pods)
     limit = asyncio.Semaphore(max(1, concurrency))
     client_timeout = aiohttp.ClientTimeout(total=timeout)
     connector = aiohttp.TCPConnector(limit=max(1, concurrency))
