@@ -10,12 +10,15 @@ resourceVersion it read). Short timings: lease 1.2 s, renew deadline 0.8 s, retr
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
 
+import pytest
 from syncreplicas_operator.controller.election import WATCHDOG_SECONDS, Elector
 from syncreplicas_operator.core.leader import LeaseRecord, Timings
+from syncreplicas_operator.resources.k8s import ApiError
 
 TIMINGS = Timings(lease_duration=1.2, renew_deadline=0.8, retry_period=0.1)
 
@@ -117,3 +120,20 @@ def test_a_leader_cut_off_stops_before_anyone_else_leads() -> None:
     assert took_over_at - stopped_at > margin > 0
     assert lease.record is not None and lease.record.holder == "b"
     b.elector.release()
+
+
+class Refusing(Store):
+    """A Lease whose reads RBAC refuses (the role lacks `get` on leases)."""
+
+    def read(self) -> LeaseRecord | None:
+        raise ApiError("GET", "/apis/coordination.k8s.io/v1/namespaces/ops/leases/leader", 403,
+                       '{"kind": "Status", "message": "leases.coordination.k8s.io \\"leader\\" '
+                       'is forbidden: User \\"system:serviceaccount:ops:op\\" cannot get"}')
+
+
+def test_a_refused_lease_is_said_once_at_warning(caplog: pytest.LogCaptureFixture) -> None:
+    elector = Elector(Refusing(Lease()), "a", TIMINGS, lambda leads: None)  # type: ignore[arg-type]
+    with caplog.at_level(logging.DEBUG, logger="syncreplicas.operator"):
+        assert [elector.look() for _ in range(3)] == [False, False, False]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "cannot get" in warnings[0].getMessage(), caplog.records

@@ -7,6 +7,7 @@ servers, children are written before the status that reports them).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
@@ -23,7 +24,10 @@ from ..core.actions import (
     PatchStatus,
 )
 from ..core.plan.context import Plan
+from ..resources.k8s import ApiError
 from .expectations import Expectations
+
+log = logging.getLogger("syncreplicas.operator")
 
 
 class Api(Protocol):
@@ -99,7 +103,13 @@ def apply_plan(
         elif isinstance(first, EmitEvent):
             for event in batch:
                 assert isinstance(event, EmitEvent)
-                client.post_event(namespace, job, event.type, event.reason, event.message)
+                # Best effort: an Event the API refuses must not keep the status (written
+                # after it) from the job.
+                try:
+                    client.post_event(namespace, job, event.type, event.reason, event.message)
+                except ApiError as exc:
+                    log.warning("%s/%s: event %s not posted: %s", namespace, name,
+                                event.reason, exc)  # fmt: skip
         elif isinstance(first, CountMetric):
             for count in batch:
                 assert isinstance(count, CountMetric)

@@ -31,6 +31,7 @@ from ..core.leader import (
     still_leading,
 )
 from ..core.timefmt import format_micro_time
+from ..resources.k8s import ApiError
 from ..resources.leaderlease import LeaseStore
 from .daemon import api
 from .settings import election_timings
@@ -63,6 +64,7 @@ class Elector:
         self.observed: Observation | None = None
         self.last_renewed: float | None = None
         self.leading = False
+        self.refusal = ""  # the last refusal logged (401/403), so that it is logged once
         self._stop = threading.Event()
 
     def look(self) -> bool:
@@ -79,7 +81,13 @@ class Elector:
             if not self.store.write(written):
                 return False
         except Exception as err:  # the API unreachable, a timeout, a refusal
-            log.debug("leader election: %s: %s", type(err).__name__, err)
+            refused = isinstance(err, ApiError) and err.status in (401, 403)
+            if refused and str(err) != self.refusal:
+                # A missing grant never heals by waiting: say so (once per message).
+                log.warning("leader election: refused: %s", err)
+            else:
+                log.debug("leader election: %s: %s", type(err).__name__, err)
+            self.refusal = str(err) if refused else ""
             return False
         self.observed = observe(self.observed, written, self.clock())
         # When the request began: the renewal is at least this fresh, never fresher.
