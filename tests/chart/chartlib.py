@@ -9,9 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -21,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.support.groups import stop_group
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "syncreplicas"
@@ -198,17 +198,8 @@ class Prometheus:
         self.stop()
 
     def stop(self) -> None:
-        if self.popen is None:
-            return
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.popen.pid, signal.SIGTERM)
-                self.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait(timeout=10)
-            except ProcessLookupError:
-                pass
+        if self.popen is not None:
+            stop_group(self.popen, timeout=10)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any
 import yaml
 
 from tests.cluster import kube
+from tests.support.groups import stop_group
 
 sys.path.insert(0, str(kube.REPO / "tests" / "chart"))
 from chartlib import by_kind, is_user_role, render
@@ -167,16 +167,8 @@ class Operator:
         return None if self.proc is None else self.proc.poll()
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=15)
-        except ProcessLookupError:
-            pass
+        if self.proc is not None:
+            stop_group(self.proc, timeout=15)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
