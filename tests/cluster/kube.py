@@ -119,6 +119,26 @@ OPERATOR_PODS = "app.kubernetes.io/component=operator"
 LEADER_LEASE = "syncreplicas-operator"
 
 
+def rollout(*args: str) -> float:
+    """A helm upgrade (or rollback) of the release, waited for until the operator's
+    Deployment has rolled out; its seconds."""
+    at = time.monotonic()
+    helm(*args, "--wait", "--timeout", "5m")
+    kubectl("rollout", "status", "deployment/syncreplicas-operator", "-n", RELEASE_NAMESPACE,
+            "--timeout=180s", timeout=200)  # fmt: skip
+    return time.monotonic() - at
+
+
+def finished(namespace: str, name: str, timeout: float) -> dict[str, Any]:
+    """The job's status once it is Succeeded or Failed (whichever: the caller asserts)."""
+
+    def done() -> dict[str, Any] | None:
+        status = kubectl_json("get", "srj", name, "-n", namespace).get("status") or {}
+        return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+    return eventually(f"{namespace}/{name} finished", done, timeout)
+
+
 def leader_pod() -> str:
     """The operator pod holding the leader Lease ("" when none does): its identity there
     is ``<pod>_<suffix>``."""

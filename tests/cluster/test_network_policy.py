@@ -107,7 +107,7 @@ def exec_json(namespace: str, pod: str, *argv: str, timeout: float = 60) -> dict
 
 def tcp(probe: tuple[str, str], targets: list[str]) -> dict[str, str]:
     namespace, pod = probe
-    return exec_json(namespace, pod, "python", "-c", TCP_PROBE, json.dumps(targets))  # type: ignore[return-value]
+    return exec_json(namespace, pod, "python", "-c", TCP_PROBE, json.dumps(targets))
 
 
 def tf_session(probe: tuple[str, str], target: str) -> dict[str, Any]:
@@ -213,19 +213,21 @@ def test_only_the_jobs_own_pods_reach_its_grpc_ports(guarded: dict[str, Any]) ->
     # The job's own replicas reached each other all along: it trains to the end.
     lift_delay(guarded["shared"])
 
-    def done() -> dict[str, Any] | None:
-        status = srj(namespace).get("status") or {}
-        return status if status.get("phase") in ("Succeeded", "Failed") else None
-
-    status = kube.eventually("the job finished", done, 240)
+    status = kube.finished(namespace, JOB, 240)
     assert status["phase"] == "Succeeded", status
 
 
 def operator_rollout(*args: str) -> None:
-    """A helm upgrade (or rollback) of the chart, waited for until a replica leads."""
-    kube.helm(*args, "--wait", "--timeout", "5m")
-    kube.kubectl("rollout", "status", "deployment/syncreplicas-operator", "-n",
-                 kube.RELEASE_NAMESPACE, "--timeout=180s", timeout=200)  # fmt: skip
+    """A helm upgrade (or rollback) of the chart, waited for until the replicas of the
+    release before it are gone (stopping ones included: they must not act on the old
+    settings afterwards) and a replica leads."""
+    kube.rollout(*args)
+
+    def one_generation() -> bool:
+        pods = kube.pods(kube.RELEASE_NAMESPACE, kube.OPERATOR_PODS)
+        return len({p["metadata"]["labels"].get("pod-template-hash") for p in pods}) == 1
+
+    kube.eventually("only the new operator replicas", one_generation, 90)
     kube.eventually("an operator replica leading", kube.leader_pod, 60)
 
 

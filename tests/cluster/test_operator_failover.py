@@ -116,15 +116,6 @@ def restarts(namespace: str) -> dict[str, Any]:
             "chiefRestarts": status.get("chiefRestarts", 0)}  # fmt: skip
 
 
-def upgrade(*args: str) -> float:
-    """A helm upgrade (or rollback) of the release, waited for; its seconds."""
-    at = time.monotonic()
-    kube.helm(*args, "--wait", "--timeout", "5m")
-    kube.kubectl("rollout", "status", "deployment/syncreplicas-operator", "-n",
-                 kube.RELEASE_NAMESPACE, "--timeout=180s", timeout=200)  # fmt: skip
-    return time.monotonic() - at
-
-
 @pytest.mark.timeout(1200)
 def test_the_operator_hands_over_on_pod_deletion_partition_and_upgrade(
         namespace: str, tmp_path: Path) -> None:  # fmt: skip
@@ -210,7 +201,7 @@ def test_the_operator_hands_over_on_pod_deletion_partition_and_upgrade(
         before, counts = children(namespace), restarts(namespace)
         started = time.time()
         upgraded = True
-        took = upgrade("upgrade", kube.RELEASE, str(kube.CHART), "-n", kube.RELEASE_NAMESPACE,
+        took = kube.rollout("upgrade", kube.RELEASE, str(kube.CHART), "-n", kube.RELEASE_NAMESPACE,
                        "--reuse-values", "--set", f"image.tag={UPGRADE_TAG}")  # fmt: skip
         done = time.time()
         images = {p["spec"]["containers"][0]["image"] for p in kube.pods(
@@ -225,7 +216,7 @@ def test_the_operator_hands_over_on_pod_deletion_partition_and_upgrade(
         assert during <= after + JITTER, figures
         assert children(namespace) == before, "a child was created again or deleted"
         assert restarts(namespace) == counts, (counts, restarts(namespace))
-        upgrade("rollback", kube.RELEASE, "-n", kube.RELEASE_NAMESPACE)
+        kube.rollout("rollback", kube.RELEASE, "-n", kube.RELEASE_NAMESPACE)
         upgraded = False
         kube.eventually("an operator replica leading after the rollback", kube.leader_pod, 30)
         assert children(namespace) == before and restarts(namespace) == counts

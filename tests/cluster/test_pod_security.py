@@ -68,11 +68,7 @@ def test_a_jobs_pods_train_in_a_restricted_namespace_and_a_root_template_is_refu
     assert srj(namespace, "rooted")["status"]["phase"] == "Pending"  # kubectl get srj
 
     # The job that asks for nothing more: admitted, trained to the end.
-    def finished() -> dict[str, Any] | None:
-        status = srj(namespace).get("status") or {}
-        return status if status.get("phase") in ("Succeeded", "Failed") else None
-
-    status = kube.eventually("the job finished", finished, 420)
+    status = kube.finished(namespace, "linear", 420)
     assert status["phase"] == "Succeeded", status
     assert not [c for c in status.get("conditions", []) if c["type"] == "ReplicaFailure"]
 
