@@ -57,3 +57,19 @@ async def test_one_operator_acts_and_the_other_takes_over_when_it_stops(
     await cluster.wait_for(lambda: len(cluster.pod_names("team-a", "beta")) == 3,
                            what="beta's pods, made by the new leader")  # fmt: skip
     assert await leader_gauge(second) == 1
+
+
+async def test_a_follower_stops_waiting_at_sigterm(cluster: Cluster) -> None:
+    """A follower told to stop (a rolling update, a drain) exits at once, cleanly, and never
+    takes the Lease: it must not lead on the settings of a release being replaced. (Its
+    own SIGTERM handler: as a container's PID 1 the default action would be ignored.)"""
+    first = await cluster.start_operator(*ELECTION)
+    await cluster.wait_for(lambda: holder(cluster), what="a holder of the Lease")
+    second = await cluster.start_operator(*ELECTION)
+    assert await leader_gauge(second) == 0
+    second.proc.send_signal(signal.SIGTERM)
+    await cluster.wait_for(lambda: second.proc.poll() is not None, timeout=5,
+                           what="the follower's exit")  # fmt: skip
+    assert second.proc.returncode == 0  # its handler's exit, not the default SIGTERM death
+    assert "leads" not in second.log.read_text().split("following", 1)[-1]
+    assert first.proc.poll() is None

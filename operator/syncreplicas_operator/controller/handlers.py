@@ -9,6 +9,7 @@ list call; kopf fills them before handlers run. One daemon per SyncReplicasJob r
 from __future__ import annotations
 
 import argparse
+import signal
 from typing import Any
 
 import kopf
@@ -36,10 +37,16 @@ def main(args: argparse.Namespace) -> int:
         elector = election.elector(args, lambda leads: leads or metrics.leader.set(0))
         health = election.FollowerHealth(args.liveness_port) if args.liveness_port \
             else None  # fmt: skip
+        # A follower stops at SIGTERM (a rolling update, a drain). As a container's PID 1
+        # its default action is ignored: it would go on waiting, take the Lease when the
+        # leader goes and act on the old settings until its grace period's SIGKILL.
+        stop = elector.stop
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop())
         try:
             if not elector.acquire():
                 return 0
         finally:
+            signal.signal(signal.SIGTERM, previous)
             if health is not None:
                 health.close()
     namespaces = list(args.namespace)
