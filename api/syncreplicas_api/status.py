@@ -96,6 +96,16 @@ class Recreations(ApiModel):
     worker: Int32 | None = Field(None, description="Worker pods recreated.")
 
 
+class WarmRestarts(ApiModel):
+    pod: Str = Field(description="The pod's name.")
+    uid: Str = Field(description="The pod's uid (a new pod of that name starts from zero).")
+    count: Int32 = Field(
+        ge=0,
+        description="Restarts of the replica's process inside the pod's container "
+        "(runPolicy.warmRestarts), as the replica last said.",
+    )
+
+
 class LastCleanup(ApiModel):
     time: DateTime | None = None
     policy: Str | None = Field(None, description="The chiefRestartPolicy applied.")
@@ -171,6 +181,12 @@ class JobStatus(ApiModel):
         None,
         description="Pods the operator deleted and created again, per replica type (a new pod "
         "restarts its restart count from zero; these count against backoffLimit).",
+    )
+    warm_restarts: Annotated[list[WarmRestarts], ListMap(("pod",))] | None = Field(
+        None,
+        description="Per live pod, restarts of its replica's process inside its container "
+        "(no container restart shows them; they count in replicaStatuses and against "
+        "backoffLimit).",
     )
     last_cleanup: LastCleanup | None = Field(
         None, description="The last chief-restart clean-up."

@@ -260,6 +260,14 @@ class RunPolicy(ApiModel):
     backoff_limit: Int32 = Field(
         6, ge=0, description="Replica restarts allowed before the job fails."
     )
+    warm_restarts: Bool = Field(
+        True,
+        description="true: a replica whose restartPolicy restarts it is started again inside "
+        "its container, forked from a process that keeps TensorFlow imported (no container "
+        "restart, so no crash-loop back-off; counted in replicaStatuses and against "
+        "backoffLimit). Not for the chief under chiefRestartPolicy RestartJob or Fail. false: "
+        "the container ends and the kubelet or the operator restarts it.",
+    )
     active_deadline_seconds: Int64 | None = Field(
         None, ge=1, description="Seconds from start after which a running job fails."
     )

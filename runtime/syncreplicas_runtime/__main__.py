@@ -21,6 +21,7 @@ def main() -> int:
     from . import exitcodes
     from .cluster import STEP_DELAY_ENV, ConfigError, parse_config
     from .process.exits import Exit
+    from .restarting import COUNT_ENV
 
     started = time.monotonic()
     try:
@@ -39,6 +40,8 @@ def main() -> int:
     from .process.metrics import RuntimeMetrics, serve
 
     metrics = RuntimeMetrics()
+    restarts = os.environ.get(COUNT_ENV, "")
+    metrics.process_restarts.set(int(restarts) if restarts.isdigit() else 0)
     # Nothing to save: stop at once, saying so. The chief replaces this once it has variables
     # to checkpoint (chief.graceful_stop); until then it stops like the others.
     signal.signal(signal.SIGTERM, lambda *_: _sigterm_exit(metrics))
@@ -149,9 +152,26 @@ def _sigterm_exit(metrics: RuntimeMetrics) -> None:
     exit_now(128 + signal.SIGTERM, "stopped by SIGTERM", seen_step(metrics))
 
 
+def entry_point() -> int:
+    """``python -m syncreplicas_runtime``: the replica, or with warm restarts on (the
+    operator's SYNCREPLICAS_WARM_RESTARTS) the process that forks it (inplace.py)."""
+    from . import exitcodes
+    from .restarting import RuleError, parse_rule
+
+    try:
+        rule = parse_rule(os.environ)
+    except RuleError as err:
+        return fail(exitcodes.CONFIG, f"bad configuration: {err}")
+    if rule is None:
+        return main()
+    from .inplace import supervise
+
+    return supervise(rule)
+
+
 if __name__ == "__main__":
     try:
-        code = main()
+        code = entry_point()
     except Exception:
         traceback.print_exc()
         code = fail(1, "unexpected error (traceback above)")

@@ -78,6 +78,11 @@ def run_replica(request: dict[str, object], fds: list[int]) -> int:
     # As `python -m` in that directory with that PYTHONPATH would have it.
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = [cwd, *extra, *(p for p in sys.path[1:] if p not in extra)]
+    return run_main()
+
+
+def run_main() -> int:
+    """In a forked child: what ``python -m syncreplicas_runtime`` runs; its exit code."""
     import numpy as np
 
     np.random.seed()  # a fresh process would not share its parent's NumPy generator

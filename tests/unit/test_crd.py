@@ -689,6 +689,7 @@ def test_enums_and_defaults_match_the_types() -> None:
     assert defaulted["spec"]["runPolicy"] == {
         "restartPolicy": parsed.run_policy.restart_policy,
         "backoffLimit": parsed.run_policy.backoff_limit,
+        "warmRestarts": parsed.run_policy.warm_restarts,
         "cleanPodPolicy": parsed.run_policy.clean_pod_policy,
         "suspend": parsed.run_policy.suspend,
     }

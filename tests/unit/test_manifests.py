@@ -140,6 +140,35 @@ def test_pod_restart_policy(
         assert manifests.build_pod(j, replica_type, 0)["spec"]["restartPolicy"] == policy
 
 
+# Which pods restart their replica warm, in the container (policy.restarts_warm): "-" off.
+@pytest.mark.parametrize(
+    ("run_policy", "chief_policy", "warm", "ps", "chief", "worker"),
+    [
+        ("OnFailure", "ResetSyncState", True, "OnFailure", "OnFailure", "OnFailure"),
+        ("OnFailure", "RestartJob", True, "OnFailure", "-", "OnFailure"),
+        ("OnFailure", "Fail", True, "OnFailure", "-", "OnFailure"),
+        ("ExitCode", "ResetSyncState", True, "ExitCode", "ExitCode", "ExitCode"),
+        ("ExitCode", "Fail", True, "ExitCode", "-", "ExitCode"),
+        ("Never", "ResetSyncState", True, "-", "-", "-"),
+        ("OnFailure", "ResetSyncState", False, "-", "-", "-"),
+        ("ExitCode", "ResetSyncState", False, "-", "-", "-"),
+    ],
+)
+def test_warm_restarts(
+    run_policy: str, chief_policy: str, warm: bool, ps: str, chief: str, worker: str
+) -> None:
+    j = job(runPolicy={"restartPolicy": run_policy, "backoffLimit": 4, "warmRestarts": warm},
+            chiefRestartPolicy=chief_policy)  # fmt: skip
+    for replica_type, policy in {"ps": ps, "chief": chief, "worker": worker}.items():
+        variables = env(manifests.build_pod(j, replica_type, 0))
+        expected = {} if policy == "-" else {
+            "SYNCREPLICAS_WARM_RESTARTS": policy,
+            "SYNCREPLICAS_WARM_RESTART_LIMIT": "4",
+            "SYNCREPLICAS_WARM_RESTART_STATE": "/tmp/syncreplicas-warm-restarts",
+        }
+        assert {k: v for k, v in variables.items() if "WARM" in k} == expected, replica_type
+
+
 def test_template_cannot_change_the_restart_policy() -> None:
     j = job(template={"spec": {"restartPolicy": "Always"}})
     assert manifests.build_pod(j, "worker", 0)["spec"]["restartPolicy"] == "OnFailure"
@@ -211,6 +240,9 @@ def test_runtime_container_defaults() -> None:
         "SYNCREPLICAS_JOB",
         "SYNCREPLICAS_JOB_NAME",
         "SYNCREPLICAS_NAMESPACE",
+        "SYNCREPLICAS_WARM_RESTARTS",
+        "SYNCREPLICAS_WARM_RESTART_LIMIT",
+        "SYNCREPLICAS_WARM_RESTART_STATE",
     }
     assert env(pod)["SYNCREPLICAS_JOB_NAME"] == "job"
     assert env(pod)["SYNCREPLICAS_NAMESPACE"] == "team"

@@ -38,7 +38,7 @@ def test_the_runtime_exports_every_name_the_operator_reads(name: str) -> None:
 
 def test_every_family_is_listed() -> None:
     assert set(metricnames.FAMILIES) <= exported_names()
-    assert len(READ_BY_THE_OPERATOR) == 15
+    assert len(READ_BY_THE_OPERATOR) == 16
 
 
 def test_replica_phases_are_the_runtime_enum() -> None:

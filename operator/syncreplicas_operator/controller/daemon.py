@@ -237,6 +237,7 @@ async def reconcile(
         await report_write_failure(raw, state, exc)
         return WRITE_RETRY_SECONDS
     progress = await read_progress(job, state, pods)
+    fractions, warm_reads = await read_replicas(job, state, pods)
     observed = replace(
         observed,
         global_step=progress.global_step,
@@ -245,7 +246,8 @@ async def reconcile(
         restored_step=progress.restored_step,
         replicas_to_aggregate=progress.replicas_to_aggregate,
         live_replicas=progress.live_replicas,
-        drop_fractions=await read_drop_fractions(job, state, pods),
+        drop_fractions=fractions,
+        warm_reads=warm_reads,
         seen_pods=state.seen_pods,
         disruption_budget=state.disruption_budget,
         nodes=_NODES.health() if _NODES is not None else None,
@@ -345,20 +347,20 @@ async def read_progress(
     return await replicametrics.read_progress(pods, port, SETTINGS.scrape_timeout)
 
 
-async def read_drop_fractions(
+async def read_replicas(
     job: Job, state: JobState, pods: Iterable[ObservedPod]
-) -> dict[str, float] | None:
-    """Each replica's share of gradients dropped as stale over the window, at most once per
-    replica scrape interval (None between reads)."""
+) -> tuple[dict[str, float] | None, dict[str, tuple[str, int]] | None]:
+    """Each replica's share of gradients dropped as stale over the window, and every
+    replica's warm restarts, at most once per replica scrape interval (None between reads)."""
     port = job.spec.metrics.port
     if port <= 0 or time.monotonic() < state.next_gradients_read:
-        return None
+        return None, None
     state.next_gradients_read = time.monotonic() + SETTINGS.replica_scrape_interval
-    scrape = await replicametrics.read_gradients(
+    scrape, warm = await replicametrics.read_gradients(
         pods, port, SETTINGS.scrape_timeout, SETTINGS.scrape_concurrency
     )
     state.gradient_window.append(scrape)
-    return drop_fractions(list(state.gradient_window))
+    return drop_fractions(list(state.gradient_window)), warm
 
 
 async def report_write_failure(raw: Mapping[str, Any], state: JobState, exc: k8s.ApiError) -> None:

@@ -3,7 +3,8 @@
 Every scrape interval: the chief's global and restored step, and the coordinator's (PS
 0's) R and live replicas. Every replica scrape interval (longer): the gradient counters of
 every replica that pushes gradients (the chief and the workers), for the straggler window,
-at most ``concurrency`` reads at once. Each read is one HTTP GET of a few kilobytes served
+and every replica's warm restarts (core/warm.py; the parameter servers too), at most
+``concurrency`` reads at once. Each read is one HTTP GET of a few kilobytes served
 by the runtime's metrics thread (no TensorFlow call): for W workers that is W + 1 GETs per
 replica interval, e.g. 1000 workers every 30 s is about 33 GETs/s and ~150 KB/s. A failed
 read is logged and skipped (the next interval tries again), never an error.
@@ -105,25 +106,45 @@ def gradient_sources(pods: Iterable[ObservedPod]) -> list[ObservedPod]:
     ]
 
 
+def warm_sources(pods: Iterable[ObservedPod]) -> list[ObservedPod]:
+    """The gradient sources and the running parameter servers: every replica whose warm
+    restarts (core/warm.py) can be read now."""
+    pods = list(pods)
+    servers = [
+        pod
+        for pod in pods
+        if pod.replica_type == naming.PS and pod.phase == POD_RUNNING and pod.pod_ip
+        and not pod.deleting
+    ]
+    return gradient_sources(pods) + servers
+
+
 async def read_gradients(
     pods: Iterable[ObservedPod], port: int, timeout: float, concurrency: int
-) -> Scrape:
-    """Pushed and dropped gradient counters of every running chief and worker."""
-    targets = gradient_sources(pods)
+) -> tuple[Scrape, dict[str, tuple[str, int]]]:
+    """Pushed and dropped gradient counters of every running chief and worker, and the warm
+    restarts of every running replica (pod name -> (uid, count))."""
+    targets = warm_sources(pods)
     limit = asyncio.Semaphore(max(1, concurrency))
     client_timeout = aiohttp.ClientTimeout(total=timeout)
     connector = aiohttp.TCPConnector(limit=max(1, concurrency))
+    warm: dict[str, tuple[str, int]] = {}
     async with aiohttp.ClientSession(timeout=client_timeout, connector=connector) as session:
 
         async def read(pod: ObservedPod) -> tuple[str, GradientCounts] | None:
             async with limit:
                 values = await read_values(session, pod.pod_ip, port)
-            pushed = (values or {}).get(metricnames.GRADIENTS_PUSHED)
-            if values is None or pushed is None:
+            if values is None:
+                return None
+            restarts = values.get(metricnames.PROCESS_RESTARTS)
+            if restarts is not None:
+                warm[pod.name] = (pod.uid, int(restarts))
+            pushed = values.get(metricnames.GRADIENTS_PUSHED)
+            if pushed is None or pod.replica_type == naming.PS:
                 return None
             dropped = values.get(metricnames.STALE_GRADIENTS_DROPPED, 0.0)
             key = naming.replica_key(pod.replica_type, pod.index)
             return key, GradientCounts(pushed=pushed, dropped=dropped)
 
         results = await asyncio.gather(*(read(p) for p in targets))
-    return dict(r for r in results if r is not None)
+    return dict(r for r in results if r is not None), warm

@@ -39,7 +39,7 @@ import copy
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
-from . import naming, placement, podtemplate, tfconfig
+from . import naming, placement, podtemplate, policy, tfconfig
 from .enums import ChiefRestartPolicy, GangScheduler, RestartPolicy
 from .spec import Job, JobSpec
 
@@ -49,6 +49,7 @@ RUNTIME_COMMAND: Final = ("python", "-m", "syncreplicas_runtime")
 TMP_VOLUME: Final = "syncreplicas-tmp"
 CHECKPOINT_VOLUME: Final = "syncreplicas-checkpoints"
 TMP_PATH: Final = "/tmp"
+WARM_RESTART_STATE: Final = f"{TMP_PATH}/syncreplicas-warm-restarts"
 # The runtime image's user (runtime/Dockerfile); named here so that runAsNonRoot can be
 # verified by the kubelet even for images whose USER is a name.
 DEFAULT_UID: Final = 10001
@@ -76,6 +77,20 @@ def pod_restart_policy(spec: JobSpec, replica_type: str) -> str:
     if replica_type == naming.CHIEF and spec.chief_restart_policy == ChiefRestartPolicy.FAIL:
         return POD_RESTART_NEVER
     return POD_RESTART_ON_FAILURE
+
+
+def warm_restart_env(spec: JobSpec, replica_type: str) -> list[Manifest]:
+    """The variables that turn the runtime's warm restarts on (policy.restarts_warm): the
+    job's restartPolicy, backoffLimit as the pod's budget, and a file in the pod's /tmp
+    (an emptyDir: it outlives a container restart) for the pod's count."""
+    run = spec.run_policy
+    if not policy.restarts_warm(run, replica_type, spec.chief_restart_policy):
+        return []
+    return [
+        {"name": naming.ENV_WARM_RESTARTS, "value": str(run.restart_policy)},
+        {"name": naming.ENV_WARM_RESTART_LIMIT, "value": str(run.backoff_limit)},
+        {"name": naming.ENV_WARM_RESTART_STATE, "value": WARM_RESTART_STATE},
+    ]
 
 
 def owner_reference(job: Job) -> dict[str, Any] | None:
@@ -234,6 +249,7 @@ def build_pod(
     own_env = _environment(job, replica_type, index, cluster)
     if incarnation is not None:
         own_env.append({"name": naming.ENV_INCARNATION, "value": str(incarnation)})
+    own_env += warm_restart_env(spec, replica_type)
     own_env_names = {e["name"] for e in own_env}
     user_env = [e for e in container.get("env") or [] if e.get("name") not in own_env_names]
     container["env"] = user_env + own_env

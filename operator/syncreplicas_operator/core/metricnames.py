@@ -29,6 +29,8 @@ REPLICAS_TO_AGGREGATE: Final = "syncreplicas_replicas_to_aggregate"
 LIVE_REPLICAS: Final = "syncreplicas_live_replicas"
 # The coordinator's too: the job's replicasToAggregate (what R returns to).
 SPEC_REPLICAS_TO_AGGREGATE: Final = "syncreplicas_spec_replicas_to_aggregate"
+# Every replica's warm restarts in its pod before this process (core/warm.py).
+PROCESS_RESTARTS: Final = "syncreplicas_process_restarts"
 # Every replica's start-up phase, the value of the runtime's ``phases.ReplicaPhase``.
 REPLICA_PHASE: Final = "syncreplicas_replica_phase"
 # ReplicaPhase value -> what the live view shows (a unit test checks the runtime's enum).
@@ -56,4 +58,5 @@ FAMILIES: Final = (
     LIVE_REPLICAS,
     SPEC_REPLICAS_TO_AGGREGATE,
     REPLICA_PHASE,
+    PROCESS_RESTARTS,
 )

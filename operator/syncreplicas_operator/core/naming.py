@@ -106,6 +106,10 @@ ENV_JOB_NAME: Final = "SYNCREPLICAS_JOB_NAME"
 ENV_NAMESPACE: Final = "SYNCREPLICAS_NAMESPACE"
 ENV_METRICS_PORT: Final = "SYNCREPLICAS_METRICS_PORT"
 ENV_INCARNATION: Final = "SYNCREPLICAS_INCARNATION"
+# Warm restarts (the runtime's restarting.py): the policy, the pod's budget, its count's file.
+ENV_WARM_RESTARTS: Final = "SYNCREPLICAS_WARM_RESTARTS"
+ENV_WARM_RESTART_LIMIT: Final = "SYNCREPLICAS_WARM_RESTART_LIMIT"
+ENV_WARM_RESTART_STATE: Final = "SYNCREPLICAS_WARM_RESTART_STATE"
 
 # --- phases, condition types, event reasons -----------------------------------------------
 

@@ -10,7 +10,7 @@ import enum
 from typing import Protocol
 
 from . import exitcodes, naming
-from .enums import RestartPolicy
+from .enums import ChiefRestartPolicy, RestartPolicy
 
 
 class ReplicaExitDecision(enum.Enum):
@@ -30,6 +30,24 @@ class RestartRules(Protocol):
 
     @property
     def backoff_limit(self) -> int: ...
+
+
+class WarmRules(RestartRules, Protocol):
+    @property
+    def warm_restarts(self) -> bool: ...
+
+
+def restarts_warm(run_policy: WarmRules, replica_type: str, chief_restart_policy: str) -> bool:
+    """Whether the replica's process is restarted inside its container (the runtime's
+    restarting.py decides each exit). Only where a restart needs no decision of the
+    operator's first: not under ``Never``, and not for a chief whose restart must fail the
+    job (``Fail``) or restart everyone else first (``RestartJob``)."""
+    if not run_policy.warm_restarts or run_policy.restart_policy == RestartPolicy.NEVER:
+        return False
+    return replica_type != naming.CHIEF or chief_restart_policy not in (
+        ChiefRestartPolicy.FAIL,
+        ChiefRestartPolicy.RESTART_JOB,
+    )
 
 
 def decide_replica_exit(

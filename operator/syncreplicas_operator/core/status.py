@@ -39,6 +39,8 @@ FACT_LINE: Final = re.compile(r"(?P<key>[A-Za-z][A-Za-z0-9]*)=(?P<value>\S*)")
 # reason for an exit (a container killed while training, say by the OOM killer, ends on one).
 PROGRESS_LINE: Final = re.compile(r"\d\d:\d\d:\d\d syncreplicas [\w-]+: .*")
 GLOBAL_STEP_KEY: Final = "globalStep"
+# The last line of a container whose replica restarted warm: the pod's warm restarts.
+PROCESS_RESTARTS_KEY: Final = "processRestarts"
 # Reasons go into condition messages and Events, which are for people: one line, bounded.
 REASON_MAX_CHARS: Final = 200
 
@@ -55,6 +57,8 @@ class TerminationMessage:
     # ``globalStep=N``: the last global step the replica saw (the chief's final step on
     # exit 0); None when the message does not say.
     global_step: int | None = None
+    # ``processRestarts=N``: the pod's warm restarts when its container ended (0: none said).
+    process_restarts: int = 0
 
 
 def parse_termination_message(message: object) -> TerminationMessage:
@@ -71,10 +75,12 @@ def parse_termination_message(message: object) -> TerminationMessage:
         elif not PROGRESS_LINE.fullmatch(line):
             others.append(line)
     step = facts.get(GLOBAL_STEP_KEY, "")
+    restarts = facts.get(PROCESS_RESTARTS_KEY, "")
     reason = (reasons or others or [""])[-1]
     return TerminationMessage(
         reason=reason.strip()[:REASON_MAX_CHARS],
         global_step=int(step) if step.isdigit() else None,
+        process_restarts=int(restarts) if restarts.isdigit() else 0,
     )
 
 
@@ -87,8 +93,11 @@ class ObservedPod:
     index: int
     uid: str = ""
     phase: str = POD_PENDING
-    # Container restarts done in place by the kubelet (restartPolicy OnFailure pods).
+    # Restarts in place: the kubelet's container restarts (restartPolicy OnFailure pods)
+    # plus the replica's warm restarts inside its container (``warm_restarts``, which the
+    # planner adds from what the replica says: core/warm.py).
     restart_count: int = 0
+    warm_restarts: int = 0
     # Exit code of the main container when it has terminated for good (pod Failed/Succeeded).
     exit_code: int | None = None
     # Exit code of the previous run of the main container (after an in-place restart).
@@ -214,6 +223,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
         exit_reason=message.reason,
         last_exit_reason=last_message.reason,
         exit_step=message.global_step,
+        warm_restarts=max(message.process_restarts, last_message.process_restarts),
         node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
         incarnation=_incarnation(meta.get("annotations") or {}),
     )

@@ -12,7 +12,8 @@ differs on one machine, so a job runs the same locally and on a cluster:
 - the termination message is off (``SYNCREPLICAS_TERMINATION_LOG=""``): the replicas share
   the runner's environment and machine, and must not write a path a template or the
   caller's environment names, nor the runner's own ``/dev/termination-log`` in a pod;
-- a ``python``/``python3`` command runs under the runner's own interpreter.
+- a ``python``/``python3`` command runs under the runner's own interpreter;
+- warm restarts in the container are off: the runner restarts each process itself.
 
 Each start of a process gets its environment from :func:`spawn_env`: the runner's own
 environment under the Pod's, and the incarnation of that start (``SYNCREPLICAS_INCARNATION``,
@@ -36,6 +37,11 @@ _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 # syncreplicas_runtime.exitcodes.TERMINATION_LOG_ENV (the operator does not import the
 # runtime; tests/unit/test_local_processes.py checks they agree). "" turns the file off.
 ENV_TERMINATION_LOG = "SYNCREPLICAS_TERMINATION_LOG"
+WARM_RESTART_ENV = (
+    naming.ENV_WARM_RESTARTS,
+    naming.ENV_WARM_RESTART_LIMIT,
+    naming.ENV_WARM_RESTART_STATE,
+)
 # The runtime's default, unless the caller's environment or the Pod says otherwise.
 TF_LOG_LEVEL: Final = ("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -137,6 +143,9 @@ def plan_local_processes(
         env[naming.ENV_JOB] = _local_job(pod_name, env[naming.ENV_JOB], checkpoint_dir, workers)
         env[naming.ENV_METRICS_PORT] = str(metrics_ports[key])
         env[ENV_TERMINATION_LOG] = ""
+        # The runner restarts its processes itself (supervisor.py), by the same rule.
+        for name in WARM_RESTART_ENV:
+            env.pop(name, None)
         command = [_expand(str(c), env) for c in container.get("command") or ()]
         args = [_expand(str(a), env) for a in container.get("args") or ()]
         if not command:

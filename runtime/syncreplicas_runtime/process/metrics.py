@@ -95,6 +95,11 @@ class RuntimeMetrics:
             "Start-up phase of this process (phases.ReplicaPhase: 1 importing, 2 waiting for "
             "PS, 3 gathering, 4 training, 5 coordinating, 6 serving)", registry=r)
         self.replica_phase.set(int(ReplicaPhase.IMPORTING))
+        # Where the operator counts restarts no container restart shows (inplace.py).
+        self.process_restarts = Gauge(
+            "syncreplicas_process_restarts",
+            "Warm restarts of this replica's process in its pod before this process",
+            registry=r)
 
     def add_chief(self) -> None:
         """The chief's own: restarts, restores, checkpoints, evaluations."""

@@ -47,6 +47,8 @@ class Observed:
     live_replicas: int | None = None
     # Replica key -> share of its gradients dropped as stale over the last window.
     drop_fractions: Mapping[str, float] | None = None
+    # Pod name -> (uid, warm restarts) as its replica said (core/warm.py); None: not read.
+    warm_reads: Mapping[str, tuple[str, int]] | None = None
     # Plan.seen_pods of the last pass (None: this operator process has planned no pass yet).
     seen_pods: Mapping[str, SeenPod] | None = None
     # Whether the job's PodGroup exists (None: not known, e.g. after an operator restart;

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
-from .. import manifests
+from .. import manifests, warm
 from ..spec import Job
 from . import chief, children, exits, lifecycle, nodes, progress, recoveries, resize, stragglers
 from .context import Inputs, Observed, Plan, PlanContext
@@ -48,7 +49,13 @@ def plan_job(
     ``default_image`` runs pods whose spec and template name no image; ``metrics_from``
     names the namespaces whose pods may read the metrics port (empty: any).
     """
+    pods, warm_restarts = warm.fold(observed.pods, status.get("warmRestarts"), observed.warm_reads)
+    observed = replace(observed, pods=pods)
     ctx = PlanContext(Inputs(job, observed, status, now, default_image, metrics_from))
+    if warm_restarts:
+        ctx.status["warmRestarts"] = warm_restarts
+    else:
+        ctx.status.pop("warmRestarts", None)
     for step in STEPS:
         if step(ctx):
             break

@@ -1,0 +1,168 @@
+"""Warm restarts in a container: TensorFlow imported once, the replica forked again when it dies.
+
+``python -m syncreplicas_runtime`` runs this when the operator turned warm restarts on for
+the pod (``restarting.POLICY_ENV``). As the container's first process it imports what every
+replica imports (about 5 s of one core, once), then forks the replica; when the replica
+exits or is killed, ``restarting.pause_before_restart`` decides: a new replica process at
+once (forked from the imported state: its gRPC server is up in a fraction of a second),
+or the container ends with the replica's code (done, fenced, non-retryable, budget spent,
+or the pod is stopping). No container restart, so no kubelet crash-loop back-off; the
+container's exit code and termination message stay the replica's.
+
+The count of warm restarts belongs to the pod: kept in ``restarting.STATE_ENV``'s file (the
+pod's /tmp survives a container restart), told to every replica process
+(``restarting.COUNT_ENV``: its metrics export it, where the operator reads it) and left as
+the last line of the container's termination message (``processRestarts=N``).
+
+Signals: SIGTERM or SIGINT to this process (the kubelet stopping the pod) goes on to the
+replica, whose exit then ends the container; the replica gets SIGKILL if this process dies
+(so a replica never outlives its container's first process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from . import restarting
+from .exitcodes import describe, termination_message
+from .process.termination import write_termination_message
+from .warmstart import die_with_parent, preload, returncode
+
+
+def status_code(status: int) -> int:
+    """A wait status as a container reports it: the exit code, or 128 + the signal."""
+    code = returncode(status)
+    return 128 - code if code < 0 else code
+
+
+def load_count(path: str) -> int:
+    if not path:
+        return 0
+    try:
+        return restarting.parse_count(Path(path).read_text(encoding="utf-8"))
+    except OSError:
+        return 0
+
+
+def save_count(path: str, count: int) -> None:
+    if path:
+        with contextlib.suppress(OSError):
+            Path(path).write_text(f"{count}\n", encoding="utf-8")
+
+
+def termination_log() -> str:
+    from .exitcodes import DEFAULT_TERMINATION_LOG, TERMINATION_LOG_ENV
+
+    return os.environ.get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG)
+
+
+def read_termination_message() -> str:
+    path = termination_log()
+    if not path:
+        return ""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+def fork_replica(restarts: int) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        die_with_parent(signal.SIGKILL)
+        os.environ.pop(restarting.POLICY_ENV, None)
+        os.environ[restarting.COUNT_ENV] = str(restarts)
+        from .warmstart import run_main
+
+        code = run_main()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def wait_for(pid: int) -> int:
+    """The replica's wait status; other children (none expected: as PID 1 this process
+    inherits orphans) are reaped on the way."""
+    while True:
+        try:
+            done, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 1 << 8
+        if done == pid:
+            return status
+
+
+def say(message: str) -> None:
+    print(f"syncreplicas: {message}", file=sys.stderr, flush=True)
+
+
+def supervise(rule: restarting.Rule) -> int:
+    """Run the replica, warm-restarting it by ``rule``; the container's exit code."""
+    stopping = False
+    child = 0
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        if child:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    preload()
+    restarts = load_count(rule.state_file)
+    quick = 0
+    while True:
+        started = time.monotonic()
+        child = fork_replica(restarts)
+        if stopping:  # the signal came between the fork and ``child`` being set
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGTERM)
+        status = wait_for(child)
+        child = 0
+        code = status_code(status)
+        lived = time.monotonic() - started
+        quick = quick + 1 if lived < restarting.STEADY_SECONDS else 0
+        done = restarting.Exit(code=code, lived_seconds=lived, stopping=stopping)
+        pause = restarting.pause_before_restart(rule, done, restarts, max(quick, 1))
+        if pause is None:
+            break
+        restarts += 1
+        save_count(rule.state_file, restarts)
+        write_termination_message("")  # the next replica's exit leaves its own
+        say(f"the replica exited with {describe(code)} after {lived:.1f} s; warm restart "
+            f"{restarts} of {rule.limit} in its container"
+            + (f" in {pause:.1f} s" if pause else ""))
+        deadline = time.monotonic() + pause
+        while not stopping and time.monotonic() < deadline:
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        if stopping:
+            break
+    leave_message(code, status, restarts)
+    return code
+
+
+def leave_message(code: int, status: int, restarts: int) -> None:
+    """The container's termination message: the replica's own (a signal leaves none: say
+    it), then the pod's warm restarts."""
+    message = read_termination_message()
+    if os.WIFSIGNALED(status) or not message.strip():
+        signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+        reason = f"killed by {signal.Signals(signum).name}" if signum else "exited"
+        message = termination_message(code, reason)
+    write_termination_message(message + restarting.count_fact(restarts))
