@@ -175,9 +175,14 @@ def operator_refusals() -> list[str]:
             if "403" in line and 'User "system:serviceaccount:' in line and " cannot " in line]
 
 
+def parent_pid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def runtime_processes(namespace: str) -> list[int]:
-    """Runtime processes on the node that belong to ``namespace`` (its name is in their
-    TF_CONFIG)."""
+    """Each container's first runtime process on the machine that belongs to ``namespace``
+    (its name is in their TF_CONFIG): one per running replica (a warm-restarting
+    container's replica is a child of that process, not counted again)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -189,17 +194,49 @@ def runtime_processes(namespace: str) -> list[int]:
                 found.append(int(proc.name))
         except OSError:
             continue
-    return found
+    tops = []
+    for pid in found:
+        try:
+            if parent_pid(pid) not in found:
+                tops.append(pid)
+        except OSError:
+            continue
+    return tops
 
 
-def kill_in_place(namespace: str, pod_name: str, sig: int = signal.SIGKILL) -> None:
-    """Signal the process of a pod's first container from the node (SIGKILL: as the OOM
-    killer would); the pod stays, so the kubelet restarts the container in place or the
-    pod fails, by its restartPolicy."""
+def container_process(namespace: str, pod_name: str) -> int:
+    """The host pid of the first process of a pod's first container (from its node's
+    containerd)."""
     item = kubectl_json("get", "pod", pod_name, "-n", namespace)
     container = item["status"]["containerStatuses"][0]["containerID"]
     task = container.split("://", 1)[1]
     sock = node.node_named(item["spec"]["nodeName"]).containerd_sock
     out = run("ctr", "--address", str(sock), "-n", "k8s.io", "tasks", "ls").stdout
     (pid,) = [int(line.split()[1]) for line in out.splitlines() if line.startswith(task)]
+    return pid
+
+
+def replica_process(namespace: str, pod_name: str) -> int:
+    """The host pid of the replica in a warm-restarting container: the child of its first
+    process."""
+    first = container_process(namespace, pod_name)
+    children = Path(f"/proc/{first}/task/{first}/children").read_text().split()
+    if len(children) != 1:
+        raise AssertionError(f"{pod_name}: {len(children)} children of its first process")
+    return int(children[0])
+
+
+def kill_replica(namespace: str, pod_name: str, sig: int = signal.SIGKILL) -> int:
+    """Signal the replica process inside a warm-restarting container (SIGKILL: as the OOM
+    killer would pick it, the largest); its container's first process starts a new one.
+    Returns the pid signalled."""
+    pid = replica_process(namespace, pod_name)
     os.kill(pid, sig)
+    return pid
+
+
+def kill_in_place(namespace: str, pod_name: str, sig: int = signal.SIGKILL) -> None:
+    """Signal the first process of a pod's first container from the node (SIGKILL: the
+    container crashes with it); the pod stays, so the kubelet restarts the container in
+    place or the pod fails, by its restartPolicy."""
+    os.kill(container_process(namespace, pod_name), sig)

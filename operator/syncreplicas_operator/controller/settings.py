@@ -79,8 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--replica-scrape-interval",
         type=float,
         default=SETTINGS.replica_scrape_interval,
-        help="seconds between reads of every chief's and worker's /metrics for stragglers "
-        "(gradients dropped as stale); the window is the last 5 reads",
+        help="seconds between reads of every replica's /metrics: the chief's and workers' "
+        "for stragglers (gradients dropped as stale; the window is the last 5 reads), "
+        "every replica's for its warm restarts",
     )
     parser.add_argument(
         "--scrape-concurrency",

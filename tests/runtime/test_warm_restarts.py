@@ -1,0 +1,123 @@
+"""Warm restarts in a container (syncreplicas_runtime.inplace): the container's process
+keeps TensorFlow imported and forks the replica again when it dies, by the rule the
+operator passes (restarting.py), without ending itself.
+
+A worker SIGKILLed (as the OOM killer would) and one that exits on its own (SIGTERM to the
+replica alone: 143, retryable) come back under the same first process, each as a new
+child that trains again and says its pod's count in ``syncreplicas_process_restarts``; a
+SIGTERM to the first process (the kubelet stopping the pod) ends the container with the
+replica's code and the count as the termination message's last line. A non-retryable
+exit under ExitCode ends the container at once; under OnFailure the budget is spent, then
+the container ends with the replica's code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from syncreplicas_runtime import exitcodes
+
+from tests.runtime.rtutil import linear_job, runtime_env
+from tests.support.tfcluster import metric_value, start_cluster
+
+pytestmark = pytest.mark.slow
+
+PROCESS_RESTARTS = "syncreplicas_process_restarts"
+
+
+def eventually(probe: Callable[[], object], timeout: float) -> object:
+    deadline = time.monotonic() + timeout
+    while not (value := probe()):
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+    return value
+
+
+def children_of(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(p) for p in text.split()]
+
+
+def warm_env(policy: str, limit: int, tmp: Path) -> dict[str, str]:
+    return {
+        "SYNCREPLICAS_WARM_RESTARTS": policy,
+        "SYNCREPLICAS_WARM_RESTART_LIMIT": str(limit),
+        "SYNCREPLICAS_WARM_RESTART_STATE": str(tmp / "restarts"),
+        "SYNCREPLICAS_TERMINATION_LOG": str(tmp / "termination-log"),
+    }
+
+
+def test_a_killed_or_exiting_replica_comes_back_in_its_container(tmp_path: Path) -> None:
+    job = linear_job(training__maxSteps=1_000_000)
+    warm = warm_env("OnFailure", 6, tmp_path)
+    with start_cluster(job, workers=1, ps=1, workdir=tmp_path, env=runtime_env(),
+                       extra_env_per_replica={("worker", 0): warm}) as cluster:  # fmt: skip
+        worker = cluster.replica("worker", 0)
+        first = worker.pid
+        assert first is not None
+
+        def local_step() -> float:
+            text = cluster.try_metrics_text("worker", 0) or ""
+            return metric_value(text, "syncreplicas_local_step") or 0.0
+
+        def restarts() -> float | None:
+            text = cluster.try_metrics_text("worker", 0) or ""
+            return metric_value(text, PROCESS_RESTARTS)
+
+        assert eventually(lambda: local_step() >= 5, 120), cluster.logs()
+        assert restarts() == 0
+        for count, how in ((1, signal.SIGKILL), (2, signal.SIGTERM)):
+            (replica,) = children_of(first)
+            os.kill(replica, how)
+            new = eventually(lambda r=replica: [c for c in children_of(first) if c != r], 10)
+            assert new, cluster.log("worker", 0)
+            assert eventually(lambda c=count: restarts() == c, 30), cluster.log("worker", 0)
+            before = local_step()  # the new process's own count, from 0
+            assert eventually(lambda b=before: local_step() >= b + 5, 60), cluster.logs()
+            assert worker.popen.poll() is None  # the container's first process never ended
+        assert "warm restart 2 of 6 in its container" in cluster.log("worker", 0)
+        assert (tmp_path / "restarts").read_text().strip() == "2"
+        # The kubelet stops the pod: the replica gets the SIGTERM and its code ends it all.
+        os.kill(first, signal.SIGTERM)
+        assert cluster.wait_one("worker", 0, 60) == 128 + signal.SIGTERM
+    message = (tmp_path / "termination-log").read_text()
+    assert message.splitlines()[0].startswith("syncreplicas: EXIT (143): stopped by SIGTERM")
+    assert message.splitlines()[-1] == "processRestarts=2"
+
+
+def run_alone(env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """A chief whose model cannot load: it exits MODEL (65) before it needs any peer."""
+    job = linear_job(model__entrypoint="tests.runtime.no_such_module:build")
+    full = {**os.environ, **runtime_env(), **env,
+            "TF_CONFIG": json.dumps({"cluster": {"ps": ["127.0.0.1:1"], "chief": ["127.0.0.1:2"]},
+                                     "task": {"type": "chief", "index": 0}}),
+            "SYNCREPLICAS_JOB": json.dumps({**job, "workers": 0, "parameterServers": 1}),
+            "SYNCREPLICAS_METRICS_PORT": "0"}  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "syncreplicas_runtime"], env=full,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def test_a_non_retryable_exit_under_exit_code_ends_the_container(tmp_path: Path) -> None:
+    done = run_alone(warm_env("ExitCode", 6, tmp_path))
+    assert done.returncode == exitcodes.MODEL, done.stderr
+    assert "warm restart" not in done.stderr
+    assert (tmp_path / "termination-log").read_text().splitlines()[-1] == "processRestarts=0"
+
+
+def test_under_on_failure_the_budget_is_spent_then_the_container_ends(tmp_path: Path) -> None:
+    done = run_alone(warm_env("OnFailure", 2, tmp_path))
+    assert done.returncode == exitcodes.MODEL, done.stderr
+    assert done.stderr.count("warm restart") == 2, done.stderr
+    assert "warm restart 2 of 2 in its container in 0.5 s" in done.stderr  # dying at once
+    lines = (tmp_path / "termination-log").read_text().splitlines()
+    assert lines[0].startswith("syncreplicas: MODEL (65): ")
+    assert lines[-1] == "processRestarts=2"
