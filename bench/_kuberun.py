@@ -9,16 +9,16 @@ Kubernetes delivers them.
 - Gauges are scraped from the pod's own address (every node's pod range is routed to it
   from this machine), found again after a pod is replaced.
 - ``kill``: a chief or PS pod is deleted (``kubectl delete pod``: SIGTERM, the operator
-  creates its successor with a new IP under the same name); a worker's process is SIGKILLed
-  in its container (the kubelet restarts it in place: restartPolicy OnFailure).
+  creates its successor with a new IP under the same name); a worker's container's process
+  is SIGKILLed (the kubelet restarts it in place: restartPolicy OnFailure). With ``warm``
+  (runPolicy.warmRestarts) any replica's process is SIGKILLed inside its container, and the
+  container's first process forks a new one.
   Kubernetes restarts everything: ``restart`` and ``poll`` have nothing to do.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import socket
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -33,17 +33,19 @@ from tests.cluster import kube
 from tests.support import tfcluster
 
 NODES = kube.node.RUN / "nodes"  # <node>/pod-logs: each kubelet's podLogsDir
-GRPC_PORT, METRICS_PORT = 2222, 9090
+METRICS_PORT = 9090
 
 
-def manifest(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+def manifest(name: str, spec: dict[str, Any], warm: bool = False) -> dict[str, Any]:
     """A SyncReplicasJob for ``spec`` (bench/_ours.py's job with the shape filled in): pods
-    restarted in place on failure, with a budget no benchmark spends."""
+    restarted in place on failure, with a budget no benchmark spends; replicas restarted
+    warm inside their containers or not."""
+    run_policy = {"restartPolicy": "OnFailure", "backoffLimit": 1000, "warmRestarts": warm}
     return {
         "apiVersion": "syncreplicas.io/v1alpha1",
         "kind": "SyncReplicasJob",
         "metadata": {"name": name},
-        "spec": {**spec, "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 1000}},
+        "spec": {**spec, "runPolicy": run_policy},
     }
 
 
@@ -68,6 +70,7 @@ class KubeRun:
 
     namespace: str
     name: str
+    warm: bool = False  # runPolicy.warmRestarts; kill() then kills the replica's process
     tails: dict[Path, obs.LogTail] = field(default_factory=dict)
     epochs: list[_ours.EpochEvent] = field(default_factory=list)
     ips: dict[str, str] = field(default_factory=dict)
@@ -77,7 +80,7 @@ class KubeRun:
                      "--timeout=180s", timeout=200)  # fmt: skip
         kube.kubectl("create", "namespace", self.namespace)
         kube.kubectl("apply", "-n", self.namespace, "-f", "-",
-                     input=yaml.safe_dump(manifest(self.name, spec)))  # fmt: skip
+                     input=yaml.safe_dump(manifest(self.name, spec, self.warm)))  # fmt: skip
 
     def stop(self) -> None:
         kube.kubectl("delete", "namespace", self.namespace, "--timeout=180s", check=False,
@@ -135,7 +138,9 @@ class KubeRun:
 
     def kill(self, task: tuple[str, int], sig: int | None = None) -> None:
         """``sig`` is the local harness's; Kubernetes delivers its own (see above)."""
-        if task[0] == "worker":
+        if self.warm:
+            kube.kill_replica(self.namespace, self.pod(task))
+        elif task[0] == "worker":
             kube.kill_in_place(self.namespace, self.pod(task))
         else:
             kube.kubectl("delete", "pod", self.pod(task), "-n", self.namespace, "--wait=false")
@@ -144,13 +149,11 @@ class KubeRun:
         """Kubernetes restarts it (the kubelet in place, or the operator a new pod)."""
 
     def is_up(self, task: tuple[str, int]) -> bool:
-        """The replica's gRPC port answers at its pod's current address."""
-        ip = self.ip(task, fresh=True)
-        if ip is None:
-            return False
-        with contextlib.suppress(OSError), socket.create_connection((ip, GRPC_PORT), 0.5):
-            return True
-        return False
+        """The replica's gRPC server is up at its pod's current address: its start-up phase
+        (``syncreplicas_replica_phase``, read on the metrics port) is past importing. The
+        gRPC port itself only answers the job's own pods (its NetworkPolicy)."""
+        phase = self.gauge(task[0], task[1], "syncreplicas_replica_phase")
+        return phase is not None and phase >= 2
 
     def restarts(self) -> dict[str, int]:
         """Container restarts and pod replacements so far, per replica type (the job's

@@ -88,6 +88,41 @@ SCENARIOS += [
         "ps": f"cluster: PS pod deleted, snapshots every {SNAPSHOT_EVERY}"}[sc.key])
     for sc in SCENARIOS if sc.key in ("chief", "worker", "ps")
 ]
+
+
+def _back(k: Kill) -> float | None:
+    """Loss -> the replica counted again: its first gradient (every replica live again) for
+    a chief or worker, the global step moving again for a PS."""
+    return k.first_step_s if k.replica.startswith("ps") else k.back_s
+
+
+def _warm_met(kind: str) -> Callable[[list[Kill]], bool]:
+    rate = 0.5 if kind == "ps" else 0.9
+    most_lost = SNAPSHOT_EVERY if kind == "ps" else 0
+
+    def met(ks: list[Kill]) -> bool:
+        backs = [b for b in map(_back, ks) if b is not None]
+        return (len(backs) == len(ks) and (obs.median(backs) or 99) <= 3.0 and max(backs) <= 5.0
+                and _median_ratio_at_least(rate)(ks)
+                and max(_lost(ks), default=most_lost + 1) <= most_lost)
+
+    return met
+
+
+# Warm restarts (runPolicy.warmRestarts): the replica's process SIGKILLed inside its
+# container (as the OOM killer picks the largest), a new one forked in the same container.
+SCENARIOS += [
+    replace(sc, key=f"cluster-warm-{sc.key}", where="cluster", system="warm", name={
+        "chief": "cluster warm: chief's process killed in its container, 1 backup",
+        "worker": "cluster warm: worker's process killed in its container, min R = R-1",
+        "ps": f"cluster warm: PS's process killed in its container, snapshots every "
+              f"{SNAPSHOT_EVERY}"}[sc.key],
+        target=("back <= 3 s median, <= 5 s max, " + (
+            f">= 0.5x, steps lost <= {SNAPSHOT_EVERY}" if sc.key == "ps"
+            else ">= 0.9x, 0 steps lost")),
+        met=_warm_met(sc.key))
+    for sc in SCENARIOS if sc.key in ("chief", "worker", "ps")
+]
 KEYS = [s.key for s in SCENARIOS]
 
 
@@ -108,6 +143,9 @@ def summary(series: list[Series]) -> str:
             f"{n} x{c}" for n, c in notes.items())) if x)
         met = "n/a" if s.scenario.met is None or not ks else (
             "yes" if s.scenario.met(ks) else "NO")
+        if s.scenario.system == "warm":
+            backs = ", ".join(obs.fmt(_back(k), ".1f") for k in ks)
+            other = "; ".join(x for x in (f"back s per kill: {backs}", other) if x)
         lines.append(
             f"| {s.scenario.name} | {len(ks)} | {obs.fmt(obs.median(ratios), '.2f', 'x')} "
             f"({obs.fmt(min(ratios) if ratios else None, '.2f', 'x')}) | "

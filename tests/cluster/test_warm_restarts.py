@@ -48,6 +48,11 @@ def counted(namespace: str, replica_type: str, count: int) -> bool:
     return counts.get("restarts") == count
 
 
+def new_process(namespace: str, replica: str, old: int) -> int | None:
+    pid = kube.replica_process(namespace, f"{JOB}-{replica}")
+    return pid if pid != old else None
+
+
 def warm_entry(namespace: str, replica: str) -> dict[str, Any] | None:
     entries = status(namespace).get("warmRestarts") or []
     return next((e for e in entries if e["pod"] == f"{JOB}-{replica}"), None)
@@ -69,9 +74,9 @@ def test_replicas_killed_in_their_containers_come_back_warm(namespace: str,
             before = step_of(namespace, f"{JOB}-worker-0")
             killed_at = time.monotonic()
             old = kube.kill_replica(namespace, f"{JOB}-{replica}")
-            new = kube.eventually(f"a new {replica} process in its container", lambda: (
-                pid if (pid := kube.replica_process(namespace, f"{JOB}-{replica}")) != old
-                else None), 30, interval=0.1)  # fmt: skip
+            new = kube.eventually(f"a new {replica} process in its container",
+                                  lambda r=replica, o=old: new_process(namespace, r, o), 30,
+                                  interval=0.1)  # fmt: skip
             figures[f"{replica}: new process after, s"] = f"{time.monotonic() - killed_at:.1f}"
             kube.eventually(f"training goes on after {replica}'s kill", lambda b=before: (
                 step_of(namespace, f"{JOB}-worker-0") > b + SNAPSHOT_EVERY), 60,

@@ -4,6 +4,11 @@ Each start is a new incarnation of its replica: it gets the wall clock in millis
 ``SYNCREPLICAS_INCARNATION``, never lower than one above the replica's last (PS 0 fences
 an older process of the same replica). Each process runs in its own process group, so a
 terminal's Ctrl-C reaches the runner only, and stopping a replica stops its children too.
+
+With ``runPolicy.warmRestarts`` (the default) the runtime's replicas are forked by one
+warm-start server (``warmstart.py``: TensorFlow imported once for the run), as on a cluster
+each container forks its replica again: a start or a restart costs a fork, not an import.
+A replica whose command or import-time environment differs from the server's starts cold.
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +30,9 @@ from typing import Final
 from ..core import exitcodes, naming
 from .errors import RUN_FAILED, RunError
 from .processes import LocalProcess, next_incarnation, spawn_env
+from .warmstart import SERVER_MODULE, WarmProcess, WarmServer
+
+RUNTIME_MODULE: Final = SERVER_MODULE.rsplit(".", 1)[0]
 
 CHIEF_STOP_GRACE_SECONDS: Final = 60.0
 STOP_GRACE_SECONDS: Final = 15.0
@@ -60,7 +70,7 @@ class Replica:
 
     spec: LocalProcess
     log_path: Path
-    popen: subprocess.Popen[bytes] | None = None
+    popen: subprocess.Popen[bytes] | WarmProcess | None = None
     restarts: int = 0
     state: str = "pending"
     restart_at: float | None = None  # monotonic time of a scheduled restart
@@ -105,6 +115,34 @@ class Replicas:
         self.workers = workers
         self.lock = threading.Lock()
         self.clock_ms = clock_ms  # the wall clock in ms, for incarnations
+        self.warm: WarmServer | None = None
+
+    def start_warm(self, log: Path) -> None:
+        """Start the warm-start server (its import takes a few seconds) with the first
+        runtime replica's environment; a server that fails to start leaves cold starts.
+        Its socket lives in a short temporary directory (a socket's path is at most 107
+        bytes)."""
+        first = next((r for r in self.all if self.forkable(r.spec)), None)
+        if first is None:
+            return
+        env = spawn_env(first.spec, os.environ, 1)
+        home = Path(tempfile.mkdtemp(prefix="syncreplicas-warm-"))
+        try:
+            self.warm = WarmServer(home / "warm.sock", log, python=first.spec.argv[0], env=env)
+        except OSError:
+            shutil.rmtree(home, ignore_errors=True)
+            self.warm = None
+
+    def stop_warm(self) -> None:
+        if self.warm is not None:
+            self.warm.stop()
+            shutil.rmtree(self.warm.path.parent, ignore_errors=True)
+            self.warm = None
+
+    @staticmethod
+    def forkable(spec: LocalProcess) -> bool:
+        """The runtime's own command under this interpreter: what the server forks."""
+        return list(spec.argv[1:]) == ["-m", RUNTIME_MODULE]
 
     def __iter__(self) -> Iterator[Replica]:
         return iter(self.all)
@@ -126,7 +164,7 @@ class Replicas:
                       f"(restart {replica.restarts}, incarnation {incarnation}) ---\n".encode())
             log.flush()
             try:
-                replica.popen = subprocess.Popen(
+                replica.popen = self._fork(replica, env, log.fileno()) or subprocess.Popen(
                     list(replica.spec.argv), env=env, stdout=log, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     # Own session: a terminal's Ctrl-C reaches the runner only, which then
@@ -145,6 +183,18 @@ class Replicas:
             replica.restart_at = None
             replica.injected = False
             replica.reaped = False
+
+    def _fork(self, replica: Replica, env: dict[str, str], log: int) -> WarmProcess | None:
+        """The replica forked by the warm-start server; None where it cannot be."""
+        if self.warm is None or not self.forkable(replica.spec) or not self.warm.accepts(env):
+            return None
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        try:
+            return self.warm.spawn(env, os.getcwd(), devnull, log, log)
+        except OSError:
+            return None
+        finally:
+            os.close(devnull)
 
     def signal(self, replica: Replica, signum: int) -> None:
         if replica.running() and replica.popen is not None:

@@ -110,6 +110,8 @@ class LocalRunner:
                 self.replica_states, stream=self.stream, plain=self.plain,
             )
             self.view.start()
+            if self.job.spec.run_policy.warm_restarts:
+                self.replicas.start_warm(self.workdir.logs / "warmstart.log")
             for replica in self.replicas:  # PS first, as the operator creates them
                 if self.replicas.active(replica):
                     self.replicas.spawn(replica)
@@ -118,6 +120,7 @@ class LocalRunner:
             outcome = self.supervisor.run(self.started)
         finally:
             self.replicas.stop_all(self._note)
+            self.replicas.stop_warm()
             self.scraper.scrape_once()
             self.scraper.stop()
             if self.view is not None:
