@@ -73,6 +73,8 @@ class KubeRun:
     warm: bool = False  # runPolicy.warmRestarts; kill() then kills the replica's process
     tails: dict[Path, obs.LogTail] = field(default_factory=dict)
     epochs: list[_ours.EpochEvent] = field(default_factory=list)
+    # (unix time, replica) of each process's first step ("first step done at unix time")
+    firsts: list[tuple[float, str]] = field(default_factory=list)
     ips: dict[str, str] = field(default_factory=dict)
 
     def start(self, spec: dict[str, Any]) -> None:
@@ -102,6 +104,9 @@ class KubeRun:
                 t, message = parsed
                 out.extend(obs.StepEvent(t, e.replica, e.global_step)
                            for e in _ours.step_events([message], t))  # fmt: skip
+                first = _ours.FIRST_RE.search(message)
+                if first:
+                    self.firsts.append((float(first[2]), first[1]))
                 m = _ours.EPOCH_RE.search(message)
                 if m:
                     self.epochs.append(_ours.EpochEvent(t, m[1], int(m[2])))

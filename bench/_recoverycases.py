@@ -39,6 +39,9 @@ class Kill:
     first_step_s: float | None = None
     full_r_s: float | None = None
     back_s: float | None = None
+    # kill -> the killed replica's first step of its new process (its first counted
+    # gradient: the runtime's "first step done" line); None for a PS
+    replica_back_s: float | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -91,9 +94,9 @@ SCENARIOS += [
 
 
 def _back(k: Kill) -> float | None:
-    """Loss -> the replica counted again: its first gradient (every replica live again) for
-    a chief or worker, the global step moving again for a PS."""
-    return k.first_step_s if k.replica.startswith("ps") else k.back_s
+    """Loss -> the replica counted again: its new process's first step (gradient pushed,
+    token taken) for a chief or worker, the global step moving again for a PS."""
+    return k.first_step_s if k.replica.startswith("ps") else k.replica_back_s
 
 
 def _warm_met(kind: str) -> Callable[[list[Kill]], bool]:
@@ -129,14 +132,15 @@ KEYS = [s.key for s in SCENARIOS]
 def summary(series: list[Series]) -> str:
     lines = [
         "| failure | kills | rate after / before median (min) | steps lost median / max "
-        "| first step s median | full R s median / max | all back s median | target | met "
-        "| other events |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| first step s median | full R s median / max | all back s median "
+        "| killed replica's first step s median / max | target | met | other events |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in series:
         ks = s.kills
         ratios, lost = _ratios(ks), [float(x) for x in _lost(ks)]
         full = [k.full_r_s for k in ks if k.full_r_s is not None]
+        mine = [k.replica_back_s for k in ks if k.replica_back_s is not None]
         other = "; ".join(f"{k}: {v}" for k, v in sorted(s.events.items()))
         notes = Counter(n for k in ks for n in k.notes)
         other = "; ".join(x for x in (s.startup_note, other, "; ".join(
@@ -152,6 +156,8 @@ def summary(series: list[Series]) -> str:
             f"{obs.fmt(obs.median(lost), '.0f')} / {obs.fmt(max(lost) if lost else None, '.0f')} | "
             f"{obs.fmt(obs.median(k.first_step_s for k in ks), '.1f')} | "
             f"{obs.fmt(obs.median(full), '.1f')} / {obs.fmt(max(full) if full else None, '.1f')} | "
-            f"{obs.fmt(obs.median(k.back_s for k in ks), '.1f')} | {s.scenario.target} | {met} | "
+            f"{obs.fmt(obs.median(k.back_s for k in ks), '.1f')} | "
+            f"{obs.fmt(obs.median(mine), '.1f')} / {obs.fmt(max(mine) if mine else None, '.1f')} | "
+            f"{s.scenario.target} | {met} | "
             f"{other or '-'} |")
     return "\n".join(lines)

@@ -226,6 +226,10 @@ def one_kill(sup: Supervisor, run: Any, sc: Scenario, opts: argparse.Namespace,
     end = t_kill + opts.window
     made = [e.global_step for e in sup.seen if base_t <= e.t <= end]
     kill.rate_after = max(0, max(made, default=base_step) - base_step) / opts.window
+    firsts = getattr(run, "firsts", None)  # the cluster's runs note each process's first step
+    if firsts is not None and not kill.replica.startswith("ps"):
+        mine = [t for t, replica in firsts if replica == kill.replica and t > t_kill]
+        kill.replica_back_s = min(mine) - t_kill if mine else None
     if sc.system != "stock":
         kill.full_r_s = back_after(sup.gauges, t_kill, lambda v: v is not None and v[0] >= R)
         kill.back_s = back_after(sup.gauges, t_kill, lambda v: v is not None and v[1] >= total)
@@ -294,7 +298,9 @@ def run_series(sc: Scenario, opts: argparse.Namespace, workdir: Path) -> Series:
                   f"({obs.fmt(kill.rate_before, '.1f')} -> {obs.fmt(kill.rate_after, '.1f')}), "
                   f"lost {kill.lost}, first step {obs.fmt(kill.first_step_s, '.1f', 's')}, "
                   f"full R {obs.fmt(kill.full_r_s, '.1f', 's')}, "
-                  f"all back {obs.fmt(kill.back_s, '.1f', 's')} {'; '.join(kill.notes)}",
+                  f"all back {obs.fmt(kill.back_s, '.1f', 's')}, "
+                  f"it stepped after {obs.fmt(kill.replica_back_s, '.1f', 's')} "
+                  f"{'; '.join(kill.notes)}",
                   flush=True)
             if kill.first_step_s is None and kill.rate_after == 0:
                 series.events["no progress: series stopped"] += 1
