@@ -26,13 +26,12 @@ import os
 import signal
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from . import restarting
 from .exitcodes import describe, termination_message
 from .process.termination import write_termination_message
-from .warmstart import die_with_parent, preload, returncode
+from .warmstart import die_with_parent, exit_child, preload, returncode, run_main
 
 
 def status_code(status: int) -> int:
@@ -76,22 +75,16 @@ def fork_replica(restarts: int) -> int:
     pid = os.fork()
     if pid:
         return pid
-    code = 1
-    try:
+
+    def become() -> int:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         die_with_parent(signal.SIGKILL)
         os.environ.pop(restarting.POLICY_ENV, None)
         os.environ[restarting.COUNT_ENV] = str(restarts)
-        from .warmstart import run_main
+        return run_main()
 
-        code = run_main()
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    exit_child(become)
 
 
 def wait_for(pid: int) -> int:

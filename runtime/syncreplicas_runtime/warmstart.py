@@ -33,7 +33,9 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 POLL_SECONDS = 0.05
 STOP_GRACE_SECONDS = 30.0  # as a pod's default termination grace period
@@ -108,21 +110,30 @@ def fork_replica(request: dict[str, object], fds: list[int], selector: selectors
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)
         return pid
-    code = 1
-    try:
+
+    def become() -> int:
         selector.close()
         listener.close()
         for sock in others:
             sock.close()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(signum, signal.SIG_DFL)
-        code = run_replica(request, fds)
+        return run_replica(request, fds)
+
+    exit_child(become)
+
+
+def exit_child(body: Callable[[], int]) -> NoReturn:
+    """In a forked child: run ``body`` and end the process with its code (1 if it raised),
+    at once: daemon threads may sit in TensorFlow calls, and none is waited for."""
+    code = 1
+    try:
+        code = body()
     except BaseException:
         traceback.print_exc()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        # Daemon threads may sit in TensorFlow calls: leave without waiting for them.
         os._exit(code)
 
 
