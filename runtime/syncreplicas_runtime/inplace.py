@@ -30,7 +30,7 @@ from pathlib import Path
 
 from . import restarting
 from .exitcodes import describe, termination_message
-from .process.termination import write_termination_message
+from .process.termination import read_termination_message, write_termination_message
 from .warmstart import die_with_parent, exit_child, preload, returncode, run_main
 
 
@@ -53,22 +53,6 @@ def save_count(path: str, count: int) -> None:
     if path:
         with contextlib.suppress(OSError):
             Path(path).write_text(f"{count}\n", encoding="utf-8")
-
-
-def termination_log() -> str:
-    from .exitcodes import DEFAULT_TERMINATION_LOG, TERMINATION_LOG_ENV
-
-    return os.environ.get(TERMINATION_LOG_ENV, DEFAULT_TERMINATION_LOG)
-
-
-def read_termination_message() -> str:
-    path = termination_log()
-    if not path:
-        return ""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError:
-        return ""
 
 
 def fork_replica(restarts: int) -> int:

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests.support.groups import children_of, parent_of
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_PY = REPO / "hack" / "cluster" / "cluster.py"
 CHART = REPO / "charts" / "syncreplicas"
@@ -175,10 +177,6 @@ def operator_refusals() -> list[str]:
             if "403" in line and 'User "system:serviceaccount:' in line and " cannot " in line]
 
 
-def parent_pid(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
 def runtime_processes(namespace: str) -> list[int]:
     """Each container's first runtime process on the machine that belongs to ``namespace``
     (its name is in their TF_CONFIG): one per running replica (a warm-restarting
@@ -197,7 +195,7 @@ def runtime_processes(namespace: str) -> list[int]:
     tops = []
     for pid in found:
         try:
-            if parent_pid(pid) not in found:
+            if parent_of(pid) not in found:
                 tops.append(pid)
         except OSError:
             continue
@@ -219,11 +217,10 @@ def container_process(namespace: str, pod_name: str) -> int:
 def replica_process(namespace: str, pod_name: str) -> int:
     """The host pid of the replica in a warm-restarting container: the child of its first
     process."""
-    first = container_process(namespace, pod_name)
-    children = Path(f"/proc/{first}/task/{first}/children").read_text().split()
+    children = children_of(container_process(namespace, pod_name))
     if len(children) != 1:
         raise AssertionError(f"{pod_name}: {len(children)} children of its first process")
-    return int(children[0])
+    return children[0]
 
 
 def kill_replica(namespace: str, pod_name: str, sig: int = signal.SIGKILL) -> int:

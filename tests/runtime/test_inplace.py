@@ -26,6 +26,7 @@ import pytest
 from syncreplicas_runtime import exitcodes
 
 from tests.runtime.rtutil import linear_job, runtime_env
+from tests.support.groups import children_of
 from tests.support.tfcluster import metric_value, start_cluster
 
 pytestmark = pytest.mark.slow
@@ -40,11 +41,6 @@ def eventually(probe: Callable[[], object], timeout: float) -> object:
             return None
         time.sleep(0.05)
     return value
-
-
-def children_of(pid: int) -> list[int]:
-    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    return [int(p) for p in text.split()]
 
 
 def warm_env(policy: str, limit: int, tmp: Path) -> dict[str, str]:

@@ -23,6 +23,7 @@ from syncreplicas_operator.local.warmstart import WarmServer
 from syncreplicas_runtime import exitcodes
 
 from tests.runtime.rtutil import linear_job, runtime_env
+from tests.support.groups import parent_of
 from tests.support.tfcluster import start_cluster, warm_server
 
 pytestmark = pytest.mark.slow
@@ -37,10 +38,6 @@ def eventually(probe: Callable[[], bool], timeout: float = 10.0) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def test_a_job_of_forked_replicas_trains_to_the_end(tmp_path: Path,

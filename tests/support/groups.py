@@ -1,10 +1,22 @@
-"""Stop a process started in a process group of its own, with everything it started."""
+"""Processes for the tests: stop one started in a process group of its own, with
+everything it started; a process's parent and children, as /proc has them."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+from pathlib import Path
+
+
+def parent_of(pid: int) -> int:
+    """The parent pid (/proc/PID/stat, after the command name, which may hold spaces)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids of a process's children (those of its main thread)."""
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 def stop_group(proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float) -> None:

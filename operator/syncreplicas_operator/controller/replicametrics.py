@@ -36,17 +36,18 @@ class Progress:
     live_replicas: int | None = None
 
 
+def readable(pod: ObservedPod) -> bool:
+    """The pod runs, has an IP to read its metrics from, and is not on its way out."""
+    return pod.phase == POD_RUNNING and bool(pod.pod_ip) and not pod.deleting
+
+
 def running_pod(pods: Iterable[ObservedPod], replica_type: str, index: int) -> ObservedPod | None:
     """The replica's pod when it runs and has an IP to read from."""
     return next(
         (
             pod
             for pod in pods
-            if pod.replica_type == replica_type
-            and pod.index == index
-            and pod.phase == POD_RUNNING
-            and pod.pod_ip
-            and not pod.deleting
+            if pod.replica_type == replica_type and pod.index == index and readable(pod)
         ),
         None,
     )
@@ -96,27 +97,13 @@ async def read_progress(pods: Iterable[ObservedPod], port: int, timeout: float) 
 
 def gradient_sources(pods: Iterable[ObservedPod]) -> list[ObservedPod]:
     """The replicas whose gradient counters can be read now: running chief and workers."""
-    return [
-        pod
-        for pod in pods
-        if pod.replica_type in (naming.CHIEF, naming.WORKER)
-        and pod.phase == POD_RUNNING
-        and pod.pod_ip
-        and not pod.deleting
-    ]
+    return [p for p in pods if p.replica_type in (naming.CHIEF, naming.WORKER) and readable(p)]
 
 
 def warm_sources(pods: Iterable[ObservedPod]) -> list[ObservedPod]:
-    """The gradient sources and the running parameter servers: every replica whose warm
-    restarts (core/warm.py) can be read now."""
-    pods = list(pods)
-    servers = [
-        pod
-        for pod in pods
-        if pod.replica_type == naming.PS and pod.phase == POD_RUNNING and pod.pod_ip
-        and not pod.deleting
-    ]
-    return gradient_sources(pods) + servers
+    """Every replica whose warm restarts (core/warm.py) can be read now: the gradient
+    sources and the running parameter servers."""
+    return [p for p in pods if readable(p)]
 
 
 async def read_gradients(

@@ -27,12 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from ..core import exitcodes, naming
+from ..core import exitcodes, manifests, naming
 from .errors import RUN_FAILED, RunError
 from .processes import LocalProcess, next_incarnation, spawn_env
-from .warmstart import SERVER_MODULE, WarmProcess, WarmServer
-
-RUNTIME_MODULE: Final = SERVER_MODULE.rsplit(".", 1)[0]
+from .warmstart import WarmProcess, WarmServer
 
 CHIEF_STOP_GRACE_SECONDS: Final = 60.0
 STOP_GRACE_SECONDS: Final = 15.0
@@ -142,7 +140,7 @@ class Replicas:
     @staticmethod
     def forkable(spec: LocalProcess) -> bool:
         """The runtime's own command under this interpreter: what the server forks."""
-        return list(spec.argv[1:]) == ["-m", RUNTIME_MODULE]
+        return tuple(spec.argv[1:]) == manifests.RUNTIME_COMMAND[1:]
 
     def __iter__(self) -> Iterator[Replica]:
         return iter(self.all)

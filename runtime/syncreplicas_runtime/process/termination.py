@@ -23,6 +23,26 @@ from ..exitcodes import (
 )
 
 
+def termination_log(environ: Mapping[str, str] = os.environ) -> tuple[str, bool]:
+    """The termination-message file ("": off) and whether to create it when missing:
+    ``$SYNCREPLICAS_TERMINATION_LOG`` (created), else the kubelet's ``/dev/termination-log``
+    (only if it exists)."""
+    path = environ.get(TERMINATION_LOG_ENV)
+    return (DEFAULT_TERMINATION_LOG, False) if path is None else (path, True)
+
+
+def read_termination_message(environ: Mapping[str, str] = os.environ) -> str:
+    """What the termination-message file holds now ("" when off, missing or unreadable)."""
+    path, _ = termination_log(environ)
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8") as text:
+            return text.read()
+    except OSError:
+        return ""
+
+
 def write_termination_message(text: str, environ: Mapping[str, str] = os.environ) -> bool:
     """Write ``text`` to the termination-message file; False when there is none to write.
 
@@ -30,10 +50,7 @@ def write_termination_message(text: str, environ: Mapping[str, str] = os.environ
     message off); without it the kubelet's ``/dev/termination-log`` is written if it exists.
     Any error is swallowed: the exit code and the stderr line still tell the story.
     """
-    path = environ.get(TERMINATION_LOG_ENV)
-    create = path is not None
-    if path is None:
-        path = DEFAULT_TERMINATION_LOG
+    path, create = termination_log(environ)
     if not path:
         return False
     flags = os.O_WRONLY | os.O_TRUNC | (os.O_CREAT if create else 0)
