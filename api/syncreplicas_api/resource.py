@@ -34,3 +34,5 @@ JOB_NAME_PATTERN: Final = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 # The runtime's gRPC port (TF_CONFIG addresses); the metrics port must differ from it.
 TF_PORT: Final = 2222
 MAX_PORT: Final = 65535
+# runPolicy.spares: warm pods kept per job.
+MAX_SPARES: Final = 16

@@ -106,6 +106,14 @@ class WarmRestarts(ApiModel):
     )
 
 
+class Spares(ApiModel):
+    active: Int32 = Field(ge=0, description="Spare pods not yet holding a replica.")
+    ready: Int32 = Field(ge=0, description="Of those, the ones ready to take a replica over.")
+    assigned: Int64 | None = Field(
+        None, ge=0, description="Replicas a spare has taken over since the job started."
+    )
+
+
 class LastCleanup(ApiModel):
     time: DateTime | None = None
     policy: Str | None = Field(None, description="The chiefRestartPolicy applied.")
@@ -187,6 +195,9 @@ class JobStatus(ApiModel):
         description="Per live pod, restarts of its replica's process inside its container "
         "(no container restart shows them; they count in replicaStatuses and against "
         "backoffLimit).",
+    )
+    spares: Spares | None = Field(
+        None, description="The job's warm spare pods (runPolicy.spares)."
     )
     last_cleanup: LastCleanup | None = Field(
         None, description="The last chief-restart clean-up."

@@ -268,6 +268,17 @@ class RunPolicy(ApiModel):
         "backoffLimit). Not for the chief under chiefRestartPolicy RestartJob or Fail. false: "
         "the container ends and the kubelet or the operator restarts it.",
     )
+    spares: Int32 = Field(
+        0,
+        ge=0,
+        le=resource.MAX_SPARES,
+        description="Warm spare pods kept beside the replicas: built like a worker, "
+        "TensorFlow imported, idle. When a replica's pod is lost (deleted, evicted, its node "
+        "lost) a ready spare takes its identity (its Service, so its address; a new "
+        "incarnation) and trains at once, and a new spare is started behind it. Only for "
+        "roles whose pod would be built like a worker's (same template and restart policy); "
+        "needs metrics.port. 0: none.",
+    )
     active_deadline_seconds: Int64 | None = Field(
         None, ge=1, description="Seconds from start after which a running job fails."
     )
@@ -539,12 +550,27 @@ def _role_sidecars_rule(role: str) -> Rule[JobSpec]:
     )
 
 
+def _spares_need_metrics(spec: JobSpec) -> list[tuple[str, str]]:
+    if spec.run_policy.spares and not spec.metrics.port:
+        return [("runPolicy.spares", "needs metrics.port: a spare is handed its replica "
+                                     "through it (metrics.port is 0)")]  # fmt: skip
+    return []
+
+
 class JobSpec(ClusterShape):
     """``spec`` of a SyncReplicasJob: the desired training job."""
 
     cel_rules = (
         *ClusterShape.cel_rules,
         *(_role_sidecars_rule(role) for role in resource.REPLICA_TYPES),
+        Rule(
+            "!has(self.runPolicy) || !has(self.runPolicy.spares) || self.runPolicy.spares == 0 "
+            "|| !has(self.metrics) || !has(self.metrics.port) || self.metrics.port != 0",
+            "spec.runPolicy.spares needs metrics.port: a spare is handed its replica through "
+            "it",
+            _spares_need_metrics,
+            field_path=".runPolicy.spares",
+        ),
     )
     transition_rules = (
         TransitionRule(

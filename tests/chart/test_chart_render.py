@@ -150,7 +150,7 @@ def job_rbac(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 EXPECTED_RULES = {
     ("syncreplicas.io", "syncreplicasjobs"): {"list", "watch", "patch", "delete"},
     ("syncreplicas.io", "syncreplicasjobs/status"): {"patch"},
-    ("", "pods"): {"list", "watch", "create", "delete"},
+    ("", "pods"): {"list", "watch", "create", "delete", "patch"},
     ("", "services"): {"list", "watch", "create", "delete"},
     ("networking.k8s.io", "networkpolicies"): {"list", "watch", "create"},
     ("", "events"): {"create"},

@@ -690,6 +690,7 @@ def test_enums_and_defaults_match_the_types() -> None:
         "restartPolicy": parsed.run_policy.restart_policy,
         "backoffLimit": parsed.run_policy.backoff_limit,
         "warmRestarts": parsed.run_policy.warm_restarts,
+        "spares": parsed.run_policy.spares,
         "cleanPodPolicy": parsed.run_policy.clean_pod_policy,
         "suspend": parsed.run_policy.suspend,
     }

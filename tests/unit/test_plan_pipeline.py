@@ -25,6 +25,7 @@ ALL_STEPS = [
     "check_chief",
     "plan_resize",
     "reconcile_children",
+    "keep_spares",
     "report_progress",
     "report_recovery",
     "report_straggler",

@@ -8,12 +8,14 @@ servers, children are written before the status that reports them).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from ..core import naming
 from ..core.actions import (
+    NORMAL,
     Action,
+    AssignSpare,
     CountMetric,
     CreateChild,
     DeleteJob,
@@ -24,6 +26,8 @@ from ..core.actions import (
     PatchStatus,
 )
 from ..core.plan.context import Plan
+from ..core.plan.spares import failed_assignment
+from ..resources import sparecall
 from ..resources.k8s import ApiError
 from .expectations import Expectations
 
@@ -59,6 +63,8 @@ class Api(Protocol):
 
     def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool: ...
 
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool: ...
+
     def delete_job(self, namespace: str, name: str) -> bool: ...
 
 
@@ -76,8 +82,10 @@ def apply_plan(
     job: Mapping[str, Any],
     plan: Plan,
     expectations: Expectations,
+    assign: SpareCall = sparecall.assign,
 ) -> bool:
-    """Carry out the plan in order; True if the job is gone (deleted, or its status 404)."""
+    """Carry out the plan in order; True if the job is gone (deleted, or its status 404).
+    ``assign`` hands a spare its replica (``resources/sparecall.py``)."""
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     for batch in _batches(plan.actions):
@@ -117,10 +125,50 @@ def apply_plan(
         elif isinstance(first, PatchStatus):
             if not client.patch_status(namespace, name, first.patch):
                 return True
+        elif isinstance(first, AssignSpare):
+            for action in batch:
+                assert isinstance(action, AssignSpare)
+                _assign_spare(client, assign, job, action, expectations)
         elif isinstance(first, DeleteJob):
             client.delete_job(namespace, name)
             return True
     return False
+
+
+# (address, port, token, env) -> "" when the spare took the replica, else why not.
+SpareCall = Callable[[str, int, str, Mapping[str, str]], str]
+
+
+def _assign_spare(
+    client: Api, assign: SpareCall, job: Mapping[str, Any], action: AssignSpare,
+    expectations: Expectations,
+) -> None:  # fmt: skip
+    """Hand the spare its replica, then relabel it (its Service selects it from then on).
+    A spare that refuses, or whose pod cannot be patched, is deleted: the next pass gives
+    the replica a pod of its own, and the spare's process, if it started, is fenced by it."""
+    namespace = job["metadata"]["namespace"]
+    incarnation = int(action.patch["metadata"]["annotations"][naming.ANNOTATION_INCARNATION])
+    why = assign(action.address, action.port, action.token, dict(action.env))
+    if not why:
+        expectations.expect_assigned(action.spare, action.replica, incarnation)
+        try:
+            if client.patch_pod(namespace, action.spare, action.patch):
+                client.post_event(namespace, job, NORMAL, naming.REASON_SPARE_ASSIGNED,
+                                  f"spare {action.spare} took over {action.replica} "
+                                  f"(incarnation {incarnation})")  # fmt: skip
+                return
+            why = "its pod is gone"
+        except ApiError as exc:
+            why = f"relabelling failed: {exc}"
+        expectations.assigned.pop(action.spare, None)
+    log.warning("%s: spare %s did not take %s: %s", namespace, action.spare, action.replica, why)
+    expectations.expect_deleted([action.spare])
+    client.delete_many("Pod", namespace, [action.spare], 0)
+    event_type, reason, message = failed_assignment(action.spare, action.replica, why)
+    try:
+        client.post_event(namespace, job, event_type, reason, message)
+    except ApiError as exc:
+        log.warning("%s: event %s not posted: %s", namespace, reason, exc)
 
 
 def _batches(actions: Iterable[Action]) -> list[list[Action]]:

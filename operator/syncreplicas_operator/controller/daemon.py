@@ -20,6 +20,7 @@ import collections
 import contextlib
 import functools
 import logging
+import secrets
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -30,6 +31,7 @@ from ..core import manifests, naming
 from ..core.actions import WARNING, CreateChild, DeletePodGroup
 from ..core.plan.pipeline import plan_job
 from ..core.recovery import SeenPod
+from ..core.spares import ObservedSpare, observe_spare
 from ..core.spec import Job, Problem, SpecError, immutable_changes, parse_job
 from ..core.status import ObservedPod, observe_pod, phase_of, set_condition
 from ..core.straggler import Scrape, drop_fractions
@@ -78,6 +80,7 @@ class ChildIndexes:
     pods: Mapping[Any, Iterable[ObservedPod]]
     services: Mapping[Any, Iterable[str]]
     policies: Mapping[Any, Iterable[str]]
+    spares: Mapping[Any, Iterable[ObservedSpare]] = field(default_factory=dict)
 
 
 @dataclass
@@ -227,10 +230,13 @@ async def reconcile(
     key = (namespace, name)
     pods = list(indexes.pods.get(key, ()))
     services = set(indexes.services.get(key, ()))
+    waiting = list(indexes.spares.get(key, ()))
     if not state.listed:
-        pods, services = await list_children(namespace, name, pods, services)
+        pods, services, waiting = await list_children(namespace, name, pods, services, waiting)
         state.listed = True
-    observed = state.expectations.observe(name, pods, services, bool(indexes.policies.get(key)))
+    observed = state.expectations.observe(
+        name, pods, services, bool(indexes.policies.get(key)), waiting
+    )
     try:
         pod_group_api = await served(job)
     except k8s.ApiError as exc:
@@ -256,7 +262,8 @@ async def reconcile(
     # Planning a large job builds thousands of pod bodies: keep it off the event loop.
     plan = await asyncio.to_thread(
         functools.partial(plan_job, job, observed, current_status, now,
-                          default_image=SETTINGS.image, metrics_from=SETTINGS.metrics_from)
+                          default_image=SETTINGS.image, metrics_from=SETTINGS.metrics_from,
+                          entropy=secrets.token_hex(16))
     )  # fmt: skip
     if plan.actions:
         summary = collections.Counter(
@@ -308,19 +315,27 @@ async def reconcile(
 
 
 async def list_children(
-    namespace: str, name: str, pods: list[ObservedPod], services: set[str]
-) -> tuple[list[ObservedPod], set[str]]:
+    namespace: str,
+    name: str,
+    pods: list[ObservedPod],
+    services: set[str],
+    waiting: list[ObservedSpare],
+) -> tuple[list[ObservedPod], set[str], list[ObservedSpare]]:
     """The indexed children completed by one list call per kind."""
     client = api()
     raw_pods = await asyncio.to_thread(client.list_children, "Pod", namespace, name)
     raw_services = await asyncio.to_thread(client.list_children, "Service", namespace, name)
     known = {p.name: p for p in pods}
+    spares = {s.name: s for s in waiting}
     for raw in raw_pods:
         pod = observe_pod(raw)
         if pod is not None:
             known.setdefault(pod.name, pod)
+        spare = observe_spare(raw)
+        if spare is not None:
+            spares.setdefault(spare.name, spare)
     services = services | {str(s["metadata"]["name"]) for s in raw_services}
-    return list(known.values()), services
+    return list(known.values()), services, list(spares.values())
 
 
 async def served(job: Job) -> bool:

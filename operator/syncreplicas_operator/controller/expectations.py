@@ -16,6 +16,7 @@ from typing import Final
 from ..core import naming
 from ..core.actions import CreateChild
 from ..core.plan.context import Observed
+from ..core.spares import ObservedSpare
 from ..core.status import ObservedPod
 
 EXPECTATION_SECONDS: Final = 60.0
@@ -29,11 +30,14 @@ class Expectations:
     deleted: dict[str, float] = field(default_factory=dict)  # pods
     services: dict[str, float] = field(default_factory=dict)  # created Services
     policy_created: float = 0.0  # expiry of "the NetworkPolicy was just created"
+    # Spares handed a replica: spare name -> (replica type, index, incarnation, expiry),
+    # until the watch shows the pod with the replica's labels.
+    assigned: dict[str, tuple[str, int, int, float]] = field(default_factory=dict)
 
     @property
     def pending(self) -> bool:
         """Pods created or deleted that the watch has not confirmed yet."""
-        return bool(self.created or self.deleted)
+        return bool(self.created or self.deleted or self.assigned)
 
     def expect_created(self, creates: Iterable[CreateChild]) -> None:
         expiry = time.monotonic() + EXPECTATION_SECONDS
@@ -44,6 +48,12 @@ class Expectations:
                 self.services[create.name] = expiry
             elif create.kind == "NetworkPolicy":
                 self.policy_created = expiry
+
+    def expect_assigned(self, spare: str, replica: str, incarnation: int) -> None:
+        parsed = naming.parse_replica_key(replica)
+        if parsed is not None:
+            expiry = time.monotonic() + EXPECTATION_SECONDS
+            self.assigned[spare] = (parsed[0], parsed[1], incarnation, expiry)
 
     def expect_deleted(self, pods: Iterable[str]) -> None:
         expiry = time.monotonic() + EXPECTATION_SECONDS
@@ -57,21 +67,30 @@ class Expectations:
         self.policy_created = 0.0
 
     def observe(
-        self, job: str, pods: Iterable[ObservedPod], services: set[str], policy: bool
+        self,
+        job: str,
+        pods: Iterable[ObservedPod],
+        services: set[str],
+        policy: bool,
+        spares: Iterable[ObservedSpare] = (),
     ) -> Observed:
         """The indexed children, corrected by what this process did and the watch not yet
         showed; expectations the watch confirmed or that expired are dropped."""
         now = time.monotonic()
         seen = {p.name: p for p in pods}
+        waiting = {s.name: s for s in spares}
+        for name, (_, _, _, expiry) in list(self.assigned.items()):
+            if expiry < now or name in seen or name not in waiting:
+                del self.assigned[name]  # relabelled (a replica's pod now), gone, or stale
         for book in (self.created, self.deleted, self.services):
             for name, expiry in list(book.items()):
                 if expiry < now:
                     del book[name]
         for name in list(self.created):
-            if name in seen:
+            if name in seen or name in waiting:
                 del self.created[name]
         for name in list(self.deleted):
-            if name not in seen:
+            if name not in seen and name not in waiting:
                 del self.deleted[name]
         for name in list(self.services):
             if name in services:
@@ -80,7 +99,23 @@ class Expectations:
             self.policy_created = 0.0  # shown by the watch: its absence is now a deletion
         merged = dict(seen)
         for name in self.deleted:
-            merged[name] = replace(merged[name], deleting=True)
+            if name in merged:
+                merged[name] = replace(merged[name], deleting=True)
+            else:
+                waiting[name] = replace(waiting[name], deleting=True)
+        for name, (replica_type, index, incarnation, _) in self.assigned.items():
+            spare = waiting.pop(name)
+            merged[name] = ObservedPod(
+                name=name,
+                replica_type=replica_type,
+                index=index,
+                uid=spare.uid,
+                phase=spare.phase,
+                pod_ip=spare.pod_ip,
+                node_name=spare.node_name,
+                deleting=spare.deleting,
+                incarnation=incarnation,
+            )
         for name in self.created:
             parsed = naming.parse_replica_name(job, name)
             if parsed is not None and name not in merged:
@@ -89,4 +124,5 @@ class Expectations:
             pods=tuple(merged.values()),
             services=frozenset(services | set(self.services)),
             network_policy=policy or self.policy_created > now,
+            spares=tuple(waiting.values()),
         )

@@ -15,6 +15,7 @@ from typing import Any
 import kopf
 
 from ..core import naming
+from ..core.spares import ObservedSpare, observe_spare
 from ..core.status import ObservedPod, job_name_of, observe_pod
 from . import daemon, election
 from . import settings as operator_settings
@@ -105,6 +106,12 @@ def pods_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, Observed
     return {(namespace, job): pod} if pod is not None else None
 
 
+@kopf.index("v1", "pods", labels=CHILD_LABELS)
+def spares_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, ObservedSpare] | None:
+    spare = observe_spare(body)  # pods_by_job wakes the job
+    return {(namespace, job_name_of(body)): spare} if spare is not None else None
+
+
 @kopf.index("v1", "services", labels=CHILD_LABELS)
 def services_by_job(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, str]:
     job = job_name_of(body)
@@ -138,9 +145,10 @@ async def run_job(
     pods_by_job: kopf.Index[Any, ObservedPod],
     services_by_job: kopf.Index[Any, str],
     policies_by_job: kopf.Index[Any, str],
+    spares_by_job: kopf.Index[Any, ObservedSpare],
     **_: Any,
 ) -> None:
-    indexes = daemon.ChildIndexes(pods_by_job, services_by_job, policies_by_job)
+    indexes = daemon.ChildIndexes(pods_by_job, services_by_job, policies_by_job, spares_by_job)
     try:
         await daemon.run_job(stopped, body, namespace, name, indexes)
     except daemon.InvalidJob as exc:

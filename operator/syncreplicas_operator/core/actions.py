@@ -81,6 +81,22 @@ class CountMetric:
 
 
 @dataclass(frozen=True)
+class AssignSpare:
+    """Hand a spare pod a replica (docs/contract.md, "Spare pods"): post ``env`` to the
+    spare at ``address``:``port`` with its ``token``, then merge-patch the pod's metadata
+    with ``patch`` (the replica's labels: its Service selects the spare). If either fails,
+    the spare pod is deleted (the next pass creates the replica's pod instead)."""
+
+    spare: str
+    replica: str
+    address: str
+    port: int
+    token: str
+    env: tuple[tuple[str, str], ...]
+    patch: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class DeleteJob:
     """Delete the SyncReplicasJob itself (ttlSecondsAfterFinished expired)."""
 
@@ -96,4 +112,5 @@ Action = (
     | EmitEvent
     | CountMetric
     | DeleteJob
+    | AssignSpare
 )

@@ -52,6 +52,13 @@ ANNOTATION_RESTART_ROUND: Final = f"{GROUP}/restart-round"
 # when it created the pod, strictly increasing for one replica identity. The runtime fences
 # an older incarnation still running (a pod of a lost node force-deleted and re-created).
 ANNOTATION_INCARNATION: Final = f"{GROUP}/incarnation"
+# A warm spare pod (runPolicy.spares) carries this label ("true") until it takes a replica
+# over: then the replica's labels replace it. The annotation: the shape of pod it was built
+# as (core/spares.py), so a spare never takes over a role built otherwise.
+LABEL_SPARE: Final = f"{GROUP}/spare"
+ANNOTATION_SPARE_SHAPE: Final = f"{GROUP}/spare-shape"
+# On a spare that took a replica over: the replica it became (kubectl shows it by name).
+ANNOTATION_SPARE_OF: Final = f"{GROUP}/spare-of"
 
 # Every namespace's own name, as a label the API server sets (a NetworkPolicy selects
 # namespaces by it).
@@ -110,6 +117,11 @@ ENV_INCARNATION: Final = "SYNCREPLICAS_INCARNATION"
 ENV_WARM_RESTARTS: Final = "SYNCREPLICAS_WARM_RESTARTS"
 ENV_WARM_RESTART_LIMIT: Final = "SYNCREPLICAS_WARM_RESTART_LIMIT"
 ENV_WARM_RESTART_STATE: Final = "SYNCREPLICAS_WARM_RESTART_STATE"
+# Spares (the runtime's spare.py): the spare's secret (its presence: spare mode) and the file
+# that keeps its assignment across a container restart; the endpoint it is handed one on.
+ENV_SPARE_TOKEN: Final = "SYNCREPLICAS_SPARE_TOKEN"
+ENV_SPARE_STATE: Final = "SYNCREPLICAS_SPARE_STATE"
+SPARE_ASSIGN_PATH: Final = "/spare/assign"
 
 # --- phases, condition types, event reasons -----------------------------------------------
 
@@ -206,6 +218,8 @@ REASON_SCALING_UP: Final = "ScalingUp"
 REASON_SCALING_DOWN: Final = "ScalingDown"
 REASON_RESIZED: Final = "Resized"
 REASON_SPEC_CHANGE_REFUSED: Final = "SpecChangeRefused"
+REASON_SPARE_ASSIGNED: Final = "SpareAssigned"
+REASON_SPARE_FAILED: Final = "SpareFailed"
 
 # --- names --------------------------------------------------------------------------------
 
@@ -245,6 +259,16 @@ def pod_group_name(job: str) -> str:
 def replica_address(job: str, namespace: str, replica_type: str, index: int) -> str:
     """gRPC address of one replica in the cluster, through its headless Service."""
     return f"{replica_name(job, replica_type, index)}.{namespace}.svc:{TF_PORT}"
+
+
+def spare_name(job: str, number: int) -> str:
+    """A spare pod's name; it keeps it when it takes a replica over."""
+    return f"{job}-spare-{number}"
+
+
+def spare_labels(job: str) -> dict[str, str]:
+    """Labels of a spare pod waiting for a replica (no replica type: no Service selects it)."""
+    return {LABEL_JOB_NAME: job, LABEL_SPARE: "true"}
 
 
 def job_labels(job: str) -> dict[str, str]:

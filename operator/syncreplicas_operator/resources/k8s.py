@@ -242,6 +242,18 @@ class Api:
             if ((item.get("metadata") or {}).get("labels") or {}).get(naming.LABEL_JOB_NAME) == job
         ]
 
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
+        """Merge-patch a pod (its metadata: a spare taking a replica over); False if the
+        pod is gone."""
+        status, _ = self._call(
+            "PATCH",
+            f"{collection_path('Pod', namespace)}/{name}",
+            dict(patch),
+            content_type=MERGE_PATCH,
+            ok=(404,),
+        )
+        return status != 404
+
     # -- the job ----------------------------------------------------------------------
 
     def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:

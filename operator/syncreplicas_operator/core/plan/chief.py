@@ -18,7 +18,7 @@ from .lifecycle import fail
 def check_chief(ctx: PlanContext) -> bool:
     """Notice a chief that restarted behind the operator's back; True if the job ended."""
     previous = ctx.status.get("chief") or {}
-    chief = ctx.pods.get(naming.replica_name(ctx.job.name, naming.CHIEF, 0))
+    chief = ctx.holder(naming.CHIEF, 0)
     why = ""
     if chief is None or chief.deleting:
         if previous and chief is None:

@@ -18,6 +18,7 @@ from ..actions import (
 )
 from ..status import POD_RUNNING, ObservedPod, condition_is_true
 from ..timefmt import parse_time
+from . import spares
 from .context import PlanContext
 
 # A pod still terminating this long after its deletionTimestamp (the end of its grace
@@ -53,7 +54,7 @@ def reconcile_children(ctx: PlanContext) -> bool:
     """Create the missing children, delete those out of range, report Created."""
     counts = ctx.spec.replica_counts()
     ps_up = all(
-        (p := ctx.pods.get(naming.replica_name(ctx.job.name, naming.PS, i))) is not None
+        (p := ctx.holder(naming.PS, i)) is not None
         and not p.deleting
         and p.phase == POD_RUNNING
         for i in range(counts[naming.PS])
@@ -123,16 +124,22 @@ def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
     for replica_type, count in ctx.spec.replica_counts().items():
         for index in range(count):
             name = naming.replica_name(job.name, replica_type, index)
-            if name in ctx.pods:
+            if ctx.holder(replica_type, index) is not None:
                 continue  # present, or still terminating: never create over it
             if restarting_job and replica_type == naming.WORKER and not ps_up:
                 continue  # RestartJob: workers wait for the new parameter servers
+            if cluster is None:
+                cluster = manifests.job_cluster(job)
+            if not restarting_job and spares.take_spare(
+                ctx, replica_type, index, incarnation, cluster
+            ):
+                if unexplained and name in ctx.observed.services:
+                    replaced.append(name)
+                continue
             annotations = {}
             if restarting_job and replica_type != naming.CHIEF:
                 restart_round = str(ctx.status["restartJob"].get("round", ""))
                 annotations[naming.ANNOTATION_RESTART_ROUND] = restart_round
-            if cluster is None:
-                cluster = manifests.job_cluster(job)
             pod = manifests.build_pod(
                 job,
                 replica_type,
@@ -183,8 +190,8 @@ def _prune(ctx: PlanContext) -> None:
         parsed = naming.parse_replica_name(ctx.job.name, service)
         if parsed is None or parsed[1] < counts.get(parsed[0], 0):
             continue
-        if ctx.resized_away(*parsed) and service in ctx.pods:
-            continue  # its pod (of the same name) is still there, or going
+        if ctx.resized_away(*parsed) and ctx.holder(*parsed) is not None:
+            continue  # its pod is still there, or going
         ctx.actions.append(DeleteService(service))
     if extra:
         ctx.event(
@@ -197,7 +204,7 @@ def _prune(ctx: PlanContext) -> None:
 def _all_there(ctx: PlanContext) -> bool:
     """Every replica has a pod (running, pending or still going)."""
     return all(
-        naming.replica_name(ctx.job.name, t, i) in ctx.pods
+        ctx.holder(t, i) is not None
         for t, c in ctx.spec.replica_counts().items()
         for i in range(c)
     )

@@ -17,6 +17,7 @@ from .. import naming, recovery
 from ..actions import Action, DeletePod, EmitEvent
 from ..nodes import NodeHealth
 from ..recovery import Failure, SeenPod
+from ..spares import ObservedSpare
 from ..spec import Job, JobSpec
 from ..status import (
     POD_RUNNING,
@@ -62,6 +63,8 @@ class Observed:
     # The nodes' verdicts (core/nodes.py); None when node-loss handling is off or the
     # nodes have not been read yet: no pod is then held to be on a lost node.
     nodes: NodeHealth | None = None
+    # The job's spare pods still waiting for a replica (runPolicy.spares; core/spares.py).
+    spares: tuple[ObservedSpare, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class Inputs:
     default_image: str
     # Namespaces whose pods may read the replicas' metrics port; empty: any.
     metrics_from: tuple[str, ...] = ()
+    # Random text from the operator (per pass): the secrets of the spares this pass creates.
+    entropy: str = ""
 
 
 class PlanContext:
@@ -99,6 +104,15 @@ class PlanContext:
         self.actions: list[Action] = []
         self.requeue: list[float] = []
         self.pods = {p.name: p for p in inputs.observed.pods}
+        # Replica key -> name of a pod holding it under another name (a spare that took it
+        # over keeps its own name).
+        self.moved: dict[str, str] = {
+            naming.replica_key(p.replica_type, p.index): p.name
+            for p in sorted(inputs.observed.pods, key=lambda p: p.deleting, reverse=True)
+            if p.name != naming.replica_name(inputs.job.name, p.replica_type, p.index)
+        }
+        # The spares still waiting; one that takes a replica over this pass leaves it.
+        self.spares: dict[str, ObservedSpare] = {s.name: s for s in inputs.observed.spares}
         # Set when this pass resumed a suspended job (its pods come back on purpose).
         self.resumed = False
         self.recreations: dict[str, int] = {
@@ -163,6 +177,20 @@ class PlanContext:
         """:meth:`resized_away` of a replica key (``worker-3``)."""
         parsed = naming.parse_replica_key(replica)
         return parsed is not None and self.resized_away(*parsed)
+
+    def holder(self, replica_type: str, index: int) -> ObservedPod | None:
+        """The pod that holds replica (type, index): by its name, or a spare that took it
+        over (a live one before one still going)."""
+        pod = self.pods.get(naming.replica_name(self.job.name, replica_type, index))
+        if pod is not None and (pod.replica_type, pod.index) != (replica_type, index):
+            pod = None
+        if pod is not None and not pod.deleting:
+            return pod
+        moved = self.moved.get(naming.replica_key(replica_type, index))
+        other = self.pods.get(moved) if moved else None
+        if other is None or (other.replica_type, other.index) != (replica_type, index):
+            return pod
+        return other if pod is None or not other.deleting else pod
 
     def live_pods(self) -> list[ObservedPod]:
         return [p for p in self.pods.values() if not p.deleting]

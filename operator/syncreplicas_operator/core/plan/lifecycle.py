@@ -11,6 +11,7 @@ from ..actions import NORMAL, WARNING, DeleteJob, DeletePodGroup
 from ..enums import CleanPodPolicy
 from ..status import condition_is_true
 from ..timefmt import parse_time
+from . import spares
 from .context import PlanContext
 
 # --- steps --------------------------------------------------------------------------------
@@ -29,6 +30,7 @@ def plan_suspended(ctx: PlanContext) -> bool:
     if not ctx.spec.run_policy.suspend:
         return False
     deleted = ctx.delete_pods(ctx.live_pods())
+    spares.drop_spares(ctx, "the job is suspended")
     release_pod_group(ctx)
     if ctx.condition(
         naming.CONDITION_SUSPENDED, True, naming.REASON_SUSPENDED, "runPolicy.suspend is true"
@@ -132,6 +134,7 @@ def after_finish(ctx: PlanContext) -> None:
             return
         ctx.requeue.append(remaining)
     clean_up_pods(ctx)
+    spares.drop_spares(ctx, "the job finished")
     release_pod_group(ctx)
 
 

@@ -9,7 +9,18 @@ from typing import Any, Final
 
 from .. import manifests, warm
 from ..spec import Job
-from . import chief, children, exits, lifecycle, nodes, progress, recoveries, resize, stragglers
+from . import (
+    chief,
+    children,
+    exits,
+    lifecycle,
+    nodes,
+    progress,
+    recoveries,
+    resize,
+    spares,
+    stragglers,
+)
 from .context import Inputs, Observed, Plan, PlanContext
 from .result import build_plan
 
@@ -28,6 +39,7 @@ STEPS: Final[tuple[Step, ...]] = (
     chief.check_chief,
     resize.plan_resize,
     children.reconcile_children,
+    spares.keep_spares,
     progress.report_progress,
     recoveries.report_recovery,
     stragglers.report_straggler,
@@ -42,16 +54,18 @@ def plan_job(
     *,
     default_image: str = manifests.DEFAULT_IMAGE,
     metrics_from: tuple[str, ...] = (),
+    entropy: str = "",
 ) -> Plan:
     """The actions that move the job's children towards its spec, and its new status.
 
     ``status`` is the job's current ``.status`` (possibly empty); ``now`` is aware;
     ``default_image`` runs pods whose spec and template name no image; ``metrics_from``
-    names the namespaces whose pods may read the metrics port (empty: any).
+    names the namespaces whose pods may read the metrics port (empty: any); ``entropy``
+    is random text for the secrets of the spare pods this pass creates.
     """
     pods, warm_restarts = warm.fold(observed.pods, status.get("warmRestarts"), observed.warm_reads)
     observed = replace(observed, pods=pods)
-    ctx = PlanContext(Inputs(job, observed, status, now, default_image, metrics_from))
+    ctx = PlanContext(Inputs(job, observed, status, now, default_image, metrics_from, entropy))
     if warm_restarts:
         ctx.status["warmRestarts"] = warm_restarts
     else:

@@ -85,7 +85,7 @@ def forget_resized_away(ctx: PlanContext) -> None:
 def evict_straggler(ctx: PlanContext, replica: str, policy: StragglerPolicy | None) -> None:
     """Delete the straggler's pod; its eviction starts a recovery of its own."""
     index = int(replica.rsplit("-", 1)[1])
-    pod = ctx.pods.get(naming.replica_name(ctx.job.name, naming.WORKER, index))
+    pod = ctx.holder(naming.WORKER, index)
     if pod is None or policy is None:
         return
     ctx.delete_pods([pod])
