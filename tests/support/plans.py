@@ -22,7 +22,8 @@ def context(
     **observed: Any,
 ) -> PlanContext:
     """A context for ``job`` with ``pods`` observed (every replica's Service and the
-    NetworkPolicy and PodDisruptionBudget too, unless ``observed`` says otherwise)."""
+    NetworkPolicy and PodDisruptionBudget too, unless ``observed`` says otherwise;
+    ``entropy=`` goes to the inputs)."""
     observed.setdefault(
         "services",
         frozenset(
@@ -33,7 +34,9 @@ def context(
     )
     observed.setdefault("network_policy", True)
     observed.setdefault("disruption_budget", True)
-    inputs = Inputs(job, Observed(tuple(pods), **observed), status or {}, now, "img")
+    entropy = str(observed.pop("entropy", ""))
+    inputs = Inputs(job, Observed(tuple(pods), **observed), status or {}, now, "img",
+                    entropy=entropy)  # fmt: skip
     return PlanContext(inputs)
 
 
