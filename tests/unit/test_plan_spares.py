@@ -101,9 +101,17 @@ def test_a_spare_is_a_worker_pod_without_an_identity_in_spare_mode() -> None:
 
 def test_the_shape_tells_roles_a_spare_may_become() -> None:
     assert spares.shape(JOB, naming.PS) == spares.shape(JOB, naming.WORKER)
-    # The chief writes checkpoints to a volume of its own: not built like a worker.
+    # The chief's checkpoint emptyDir is the operator's: every spare has it, so a spare
+    # may become the chief, and it keeps writing checkpoints there.
     chief = planner_job(runPolicy={"spares": 1}, training={"checkpointDir": "/ckpt"})
-    assert spares.shape(chief, naming.CHIEF) != spares.shape(chief, naming.WORKER)
+    assert spares.shape(chief, naming.CHIEF) == spares.shape(chief, naming.WORKER)
+    pod = spares.build_spare(chief, 0, "s")
+    mounts = pod["spec"]["containers"][0]["volumeMounts"]
+    assert {"name": "syncreplicas-checkpoints", "mountPath": "/ckpt"} in mounts
+    # A chief that stops for good on failure (chiefRestartPolicy Fail: restartPolicy Never)
+    # is not: its pod's restart policy differs.
+    fail = planner_job(chiefRestartPolicy="Fail")
+    assert spares.shape(fail, naming.CHIEF) != spares.shape(fail, naming.WORKER)
     # A role's own template (more memory) makes another shape.
     big = planner_job(ps={"template": {"spec": {"containers": [
         {"name": "syncreplicas", "resources": {"limits": {"memory": "4Gi"}}}]}}})

@@ -71,10 +71,20 @@ def shape(job: Job, replica_type: str, *, default_image: str = manifests.DEFAULT
     spec = pod["spec"]
     for key in ("affinity", "topologySpreadConstraints"):
         spec.pop(key, None)
+    # The chief's checkpoint emptyDir is the operator's, the same for any role: every spare
+    # has it (build_spare), so that a spare may become the chief.
+    spec["volumes"] = [
+        v for v in spec.get("volumes") or [] if v.get("name") != manifests.CHECKPOINT_VOLUME
+    ]
     for container in spec.get("containers") or []:
         if container.get("name") == naming.CONTAINER_NAME:
             container["env"] = [
                 e for e in container.get("env") or [] if e.get("name") not in OWN_ENV
+            ]
+            container["volumeMounts"] = [
+                m
+                for m in container.get("volumeMounts") or []
+                if m.get("name") != manifests.CHECKPOINT_VOLUME
             ]
     body = {"metadata": template_meta, "spec": spec}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -131,11 +141,31 @@ def build_spare(
             {"name": naming.ENV_SPARE_TOKEN, "value": token},
             {"name": naming.ENV_SPARE_STATE, "value": SPARE_STATE},
         ]
+    _add_checkpoint_volume(job, pod, default_image)
     # Spread like the job's pods, not like worker 0 in particular.
     spec = pod["spec"]
     spec.pop("topologySpreadConstraints", None)
     placement.add_spreading(spec, job.name, naming.WORKER)
     return pod
+
+
+def _add_checkpoint_volume(job: Job, pod: Manifest, default_image: str) -> None:
+    """The chief's checkpoint emptyDir (when the operator gives it one) on the spare too."""
+    chief = manifests.build_pod(job, naming.CHIEF, 0, default_image=default_image)
+    own = manifests.CHECKPOINT_VOLUME
+    volumes = [v for v in chief["spec"].get("volumes") or [] if v.get("name") == own]
+    if not volumes:
+        return
+    mounts = [
+        m
+        for m in _runtime_container(chief).get("volumeMounts") or []
+        if m.get("name") == own
+    ]
+    spec = pod["spec"]
+    spec["volumes"] = [*(spec.get("volumes") or []), *volumes]
+    for container in spec["containers"]:
+        if container.get("name") == naming.CONTAINER_NAME:
+            container["volumeMounts"] = [*(container.get("volumeMounts") or []), *mounts]
 
 
 def assignment_env(
