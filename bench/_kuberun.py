@@ -12,7 +12,9 @@ Kubernetes delivers them.
   creates its successor with a new IP under the same name); a worker's container's process
   is SIGKILLed (the kubelet restarts it in place: restartPolicy OnFailure). With ``warm``
   (runPolicy.warmRestarts) any replica's process is SIGKILLed inside its container, and the
-  container's first process forks a new one.
+  container's first process forks a new one. With ``spares`` (runPolicy.spares) every
+  kill is the replica's pod deleted, after a spare is ready: the spare takes it over, so a
+  replica's pod is found by its labels, not its name.
   Kubernetes restarts everything: ``restart`` and ``poll`` have nothing to do.
 """
 
@@ -36,11 +38,13 @@ NODES = kube.node.RUN / "nodes"  # <node>/pod-logs: each kubelet's podLogsDir
 METRICS_PORT = 9090
 
 
-def manifest(name: str, spec: dict[str, Any], warm: bool = False) -> dict[str, Any]:
+def manifest(name: str, spec: dict[str, Any], warm: bool = False,
+             spares: int = 0) -> dict[str, Any]:  # fmt: skip
     """A SyncReplicasJob for ``spec`` (bench/_ours.py's job with the shape filled in): pods
     restarted in place on failure, with a budget no benchmark spends; replicas restarted
-    warm inside their containers or not."""
-    run_policy = {"restartPolicy": "OnFailure", "backoffLimit": 1000, "warmRestarts": warm}
+    warm inside their containers or not; ``spares`` warm spare pods."""
+    run_policy = {"restartPolicy": "OnFailure", "backoffLimit": 1000,
+                  "warmRestarts": warm or spares > 0, "spares": spares}  # fmt: skip
     return {
         "apiVersion": "syncreplicas.io/v1alpha1",
         "kind": "SyncReplicasJob",
@@ -71,6 +75,7 @@ class KubeRun:
     namespace: str
     name: str
     warm: bool = False  # runPolicy.warmRestarts; kill() then kills the replica's process
+    spares: int = 0  # runPolicy.spares; kill() then deletes the replica's pod
     tails: dict[Path, obs.LogTail] = field(default_factory=dict)
     epochs: list[_ours.EpochEvent] = field(default_factory=list)
     # (unix time, replica) of each process's first step ("first step done at unix time")
@@ -82,14 +87,33 @@ class KubeRun:
                      "--timeout=180s", timeout=200)  # fmt: skip
         kube.kubectl("create", "namespace", self.namespace)
         kube.kubectl("apply", "-n", self.namespace, "-f", "-",
-                     input=yaml.safe_dump(manifest(self.name, spec, self.warm)))  # fmt: skip
+                     input=yaml.safe_dump(manifest(self.name, spec, self.warm,
+                                                   self.spares)))  # fmt: skip
 
     def stop(self) -> None:
         kube.kubectl("delete", "namespace", self.namespace, "--timeout=180s", check=False,
                      timeout=200)  # fmt: skip
 
     def pod(self, task: tuple[str, int]) -> str:
-        return f"{self.name}-{task[0]}-{task[1]}"
+        """The name of the pod that holds the replica now (a spare keeps its own name)."""
+        if not self.spares:
+            return f"{self.name}-{task[0]}-{task[1]}"
+        selector = (f"syncreplicas.io/job-name={self.name},syncreplicas.io/replica-type="
+                    f"{task[0]},syncreplicas.io/replica-index={task[1]}")
+        live = [p["metadata"]["name"] for p in kube.pods(self.namespace, selector)
+                if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+        return live[0] if live else f"{self.name}-{task[0]}-{task[1]}"
+
+    def wait_spare(self, sleep: Any, timeout: float) -> None:
+        """Until a spare is ready to take a replica over (``sleep`` keeps the harness
+        reading meanwhile)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            srj = kube.kubectl_json("get", "srj", self.name, "-n", self.namespace)
+            if (srj.get("status", {}).get("spares") or {}).get("ready", 0) >= 1:
+                return
+            sleep(0.5)
+        raise TimeoutError(f"no spare ready within {timeout:.0f} s")
 
     # -- what bench/recovery.py's Supervisor reads ---------------------------------------
 
@@ -114,9 +138,9 @@ class KubeRun:
         return out
 
     def ip(self, task: tuple[str, int], fresh: bool = False) -> str | None:
-        key = self.pod(task)
+        key = f"{task[0]}-{task[1]}"
         if fresh or key not in self.ips:
-            found = kube.kubectl("get", "pod", key, "-n", self.namespace, "-o",
+            found = kube.kubectl("get", "pod", self.pod(task), "-n", self.namespace, "-o",
                                  "jsonpath={.status.podIP}", check=False, timeout=10)  # fmt: skip
             if found.returncode != 0 or not found.stdout.strip():
                 self.ips.pop(key, None)
@@ -143,7 +167,9 @@ class KubeRun:
 
     def kill(self, task: tuple[str, int], sig: int | None = None) -> None:
         """``sig`` is the local harness's; Kubernetes delivers its own (see above)."""
-        if self.warm:
+        if self.spares:
+            kube.kubectl("delete", "pod", self.pod(task), "-n", self.namespace, "--wait=false")
+        elif self.warm:
             kube.kill_replica(self.namespace, self.pod(task))
         elif task[0] == "worker":
             kube.kill_in_place(self.namespace, self.pod(task))

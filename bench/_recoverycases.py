@@ -126,6 +126,19 @@ SCENARIOS += [
         met=_warm_met(sc.key))
     for sc in SCENARIOS if sc.key in ("chief", "worker", "ps")
 ]
+# Warm spare pods (runPolicy.spares: 1): the replica's pod deleted (as a drain, an eviction
+# or a user would), a spare that had TensorFlow imported takes its identity.
+SCENARIOS += [
+    replace(sc, key=f"cluster-spare-{sc.key}", where="cluster", system="spare", name={
+        "chief": "cluster spare: chief pod deleted, 1 backup",
+        "worker": "cluster spare: worker pod deleted, min R = R-1",
+        "ps": f"cluster spare: PS pod deleted, snapshots every {SNAPSHOT_EVERY}"}[sc.key],
+        target=("back <= 3 s median, <= 5 s max, " + (
+            f">= 0.5x, steps lost <= {SNAPSHOT_EVERY}" if sc.key == "ps"
+            else ">= 0.9x, 0 steps lost")),
+        met=_warm_met(sc.key))
+    for sc in SCENARIOS if sc.key in ("chief", "worker", "ps")
+]
 KEYS = [s.key for s in SCENARIOS]
 
 
@@ -147,7 +160,7 @@ def summary(series: list[Series]) -> str:
             f"{n} x{c}" for n, c in notes.items())) if x)
         met = "n/a" if s.scenario.met is None or not ks else (
             "yes" if s.scenario.met(ks) else "NO")
-        if s.scenario.system == "warm":
+        if s.scenario.system in ("warm", "spare"):
             backs = ", ".join(obs.fmt(_back(k), ".1f") for k in ks)
             other = "; ".join(x for x in (f"back s per kill: {backs}", other) if x)
         lines.append(

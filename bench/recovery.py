@@ -34,7 +34,9 @@ successor, a new pod with a new IP under the same name), a worker's container ki
 (``runPolicy.warmRestarts: false``: the kubelet restarts it in place, with its crash-loop
 back-off). Then each kind again with warm restarts (the default): the replica's process
 SIGKILLed inside its container, a new one forked there by the container's first process
-(targets: back within 3 s median and 5 s max, the issue's rates and steps lost). Steps and
+(targets: back within 3 s median and 5 s max, the issue's rates and steps lost). Then each
+kind with one warm spare pod (``runPolicy.spares: 1``): the replica's pod deleted once a
+spare is ready, the spare takes its identity (same targets). Steps and
 epoch lines come from the kubelet's container logs (stamped when written), gauges from the
 pods' own addresses; Kubernetes and the runtime do every restart.
 
@@ -251,9 +253,10 @@ def start_run(sc: Scenario, workdir: Path) -> tuple[Any, Callable[[tuple[str, in
         import _kuberun
 
         _kuberun.wait_cluster()
-        warm = sc.system == "warm"
-        kube_run = _kuberun.KubeRun(namespace=f"bench-recovery-{'warm-' * warm}{sc.kind}",
-                                    name="recovery", warm=warm)
+        warm, spares = sc.system == "warm", int(sc.system == "spare")
+        kube_run = _kuberun.KubeRun(
+            namespace=f"bench-recovery-{'warm-' * warm}{'spare-' * spares}{sc.kind}",
+            name="recovery", warm=warm, spares=spares)
         spec = _ours.job(R, 10**9, parameter_servers=sc.ps,
                          **job_options(sc, "/var/lib/syncreplicas/checkpoints"))
         spec["workers"] = sc.workers
@@ -290,6 +293,8 @@ def run_series(sc: Scenario, opts: argparse.Namespace, workdir: Path) -> Series:
         series.startup_note = wait_training(sup, 1 + sc.workers, opts.startup_timeout)
         for i in range(opts.kills):
             sup.sleep(rng.uniform(opts.window + 1, opts.window + 5))
+            if sc.system == "spare":
+                run.wait_spare(sup.sleep, opts.recovery_timeout)
             task = pick(sc, rng)
             kill = one_kill(sup, run, sc, opts, task, lambda t=task: is_up(t))
             series.kills.append(kill)
@@ -404,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     only = opts.only or [*KEYS, "cost"]
     if opts.cluster:
         only = [*only, *(f"cluster-{k}" for k in only if f"cluster-{k}" in KEYS),
-                *(f"cluster-warm-{k}" for k in only if f"cluster-warm-{k}" in KEYS)]
+                *(f"cluster-warm-{k}" for k in only if f"cluster-warm-{k}" in KEYS),
+                *(f"cluster-spare-{k}" for k in only if f"cluster-spare-{k}" in KEYS)]
     else:
         only = [k for k in only if not k.startswith("cluster-") or opts.only]
     root = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
@@ -417,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Each cluster scenario right after its local twin.
         order = sorted(SCENARIOS, key=lambda sc: KEYS.index(
-            sc.key.removeprefix("cluster-").removeprefix("warm-")))
+            sc.key.removeprefix("cluster-").removeprefix("warm-").removeprefix("spare-")))
         for sc in order:
             if sc.key not in only:
                 continue
