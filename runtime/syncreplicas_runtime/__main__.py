@@ -154,10 +154,17 @@ def _sigterm_exit(metrics: RuntimeMetrics) -> None:
 
 def entry_point() -> int:
     """``python -m syncreplicas_runtime``: the replica, or with warm restarts on (the
-    operator's SYNCREPLICAS_WARM_RESTARTS) the process that forks it (inplace.py)."""
-    from . import exitcodes
+    operator's SYNCREPLICAS_WARM_RESTARTS) the process that forks it (inplace.py); on a
+    spare pod (SYNCREPLICAS_SPARE_TOKEN), first a spare until handed a replica's
+    environment (sparemode.py)."""
+    from . import exitcodes, spare
     from .restarting import RuleError, parse_rule
 
+    if spare.is_spare(os.environ):  # a spare pod: wait to be handed a replica's identity
+        from .sparemode import wait_for_assignment
+
+        if (code := wait_for_assignment()) is not None:
+            return code
     try:
         rule = parse_rule(os.environ)
     except RuleError as err:

@@ -1,4 +1,5 @@
-"""Runtime metrics (names are a public interface) and the /metrics, /healthz, /readyz server.
+"""Runtime metrics (names are a public interface) and the /metrics, /healthz, /readyz server
+(which answers a spare's assignment with 409: the process is a replica already).
 
 A gauge of a value the process has not read yet (the global step before the first step, the
 loss, the queue depth before the first sample, ...) has no sample at all rather than a 0: a
@@ -18,6 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from ..phases import ReplicaPhase
+from ..spare import ASSIGN_PATH, CONFLICT
 
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 STALENESS_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50)
@@ -165,6 +167,21 @@ def serve(metrics: RuntimeMetrics, port: int, host: str = "") -> tuple[Threading
             self.end_headers()
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 self.wfile.write(body)  # a scraper that timed out is not an error here
+
+        def do_POST(self) -> None:
+            # A spare that became this replica took its port over (sparemode.py): any
+            # later assignment is one too many.
+            if self.path.split("?", 1)[0] == ASSIGN_PATH:
+                code, body = CONFLICT, b"already assigned: this process is a replica\n"
+            else:
+                code, body = 404, b"not found\n"
+            self.close_connection = True
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(body)
 
         def log_message(self, *args: Any) -> None:  # scrapes are not log lines
             pass
