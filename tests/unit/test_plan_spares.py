@@ -190,7 +190,7 @@ def test_a_spare_held_replica_counts_as_there() -> None:
     assert ctx.holder(naming.PS, 0) is not None
 
 
-def test_spares_are_started_once_every_replica_has_its_pod() -> None:
+def test_spares_are_started_once_every_replica_runs() -> None:
     ctx = context(JOB, pods_of(JOB), spares=(spare("j-spare-1"),), entropy="e")
     keep_spares(ctx)
     created = [a for a in ctx.actions if isinstance(a, CreateChild)]
@@ -198,8 +198,12 @@ def test_spares_are_started_once_every_replica_has_its_pod() -> None:
     env = {e["name"]: e["value"] for e in created[0].body["spec"]["containers"][0]["env"]}
     assert env[naming.ENV_SPARE_TOKEN] == spares.token_for("e", "j-spare-0")
     assert ctx.status["spares"] == {"active": 1, "ready": 1}
-    # Not while a replica still waits for its pod: replicas come first.
+    # Not while a replica still waits for its pod, or for its pod to run: replicas first.
     ctx = context(JOB, without(pods_of(JOB), "j-worker-0"))
+    keep_spares(ctx)
+    assert not ctx.actions
+    pending = [replace(p, phase="Pending") if p.name == "j-ps-0" else p for p in pods_of(JOB)]
+    ctx = context(JOB, pending)
     keep_spares(ctx)
     assert not ctx.actions
 

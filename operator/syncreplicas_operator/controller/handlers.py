@@ -106,7 +106,9 @@ def pods_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, Observed
     return {(namespace, job): pod} if pod is not None else None
 
 
-@kopf.index("v1", "pods", labels=CHILD_LABELS)
+# Spares by the label they lose when they take a replica over: kopf keeps an object's last
+# value while its indexer returns None, and drops it once the filter stops matching.
+@kopf.index("v1", "pods", labels={**CHILD_LABELS, naming.LABEL_SPARE: "true"})
 def spares_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, ObservedSpare] | None:
     spare = observe_spare(body)  # pods_by_job wakes the job
     return {(namespace, job_name_of(body)): spare} if spare is not None else None

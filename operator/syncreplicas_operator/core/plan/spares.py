@@ -1,6 +1,6 @@
 """Warm spare pods (``runPolicy.spares``, rules in ``core/spares.py``): a replica whose pod
 is gone is handed to a ready spare instead of a new pod (``take_spare``, from
-``children.py``); the job keeps ``spares`` of them once every replica has its pod
+``children.py``); the job keeps ``spares`` of them once every replica's pod runs
 (``keep_spares``); a finished or suspended job has none (``drop_spares``).
 """
 
@@ -94,12 +94,14 @@ def keep_spares(ctx: PlanContext) -> bool:
     if gone:
         ctx.event(NORMAL, naming.REASON_CHILD_DELETED, "deleted spare pod(s): " + ", ".join(gone))
     missing = wanted - len(keep) + len(extra)
-    all_there = all(
-        ctx.holder(t, i) is not None
+    # Replicas first: spares start once every replica's pod runs (a job's start is not
+    # slowed by its spares importing TensorFlow beside it).
+    all_running = all(
+        (pod := ctx.holder(t, i)) is not None and pod.phase == POD_RUNNING
         for t, c in ctx.spec.replica_counts().items()
         for i in range(c)
     )
-    if missing > 0 and all_there:
+    if missing > 0 and all_running:
         taken = [*ctx.pods, *(s.name for s in ctx.observed.spares)]
         avoid = sorted(nodes.lost) if nodes is not None else []
         for number in spares.free_numbers(ctx.job.name, taken, missing):
