@@ -9,6 +9,7 @@ job's metrics port at the spare pod's address (127.0.0.1), answering as the runt
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -103,6 +104,9 @@ async def test_a_deleted_ps_goes_to_the_spare_and_a_new_spare_starts(
     await c.wait_for(lambda: pod(c, ns, "sp-spare-1"), what="a new spare")
     await c.set_pod(ns, "sp-spare-1", "Running", pod_ip="127.0.0.1")
     await c.wait_for(lambda: (c.status(ns, "sp").get("spares") or {}).get("ready") == 1)
+    await asyncio.sleep(1.0)  # passes after the watch showed both: neither is deleted
+    deleted = [w.path for w in c.writes(f"/namespaces/{ns}/pods/sp-spare", "DELETE")]
+    assert not deleted, deleted
     assert pod(c, ns, "sp-spare-0") is not None and pod(c, ns, "sp-ps-0") is None
     assert naming.REASON_SPARE_ASSIGNED in c.event_reasons(ns)
     assert c.status(ns, "sp")["spares"]["assigned"] == 1
