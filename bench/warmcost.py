@@ -17,7 +17,12 @@ trained for ``--warmup`` s:
 
 Medians and max of the repeats, the ratio warm / cold side by side. Not a test.
 
+With ``--spares``: what a warm spare pod costs instead (runPolicy.spares 1 vs 0, warm
+restarts on in both): the same steps/s, and the spare pod's own memory (its container's
+working set: TensorFlow imported, waiting), measured once the spare is ready.
+
     make cluster && .venv/bin/python bench/warmcost.py --repeats 3
+    make cluster && .venv/bin/python bench/warmcost.py --repeats 3 --spares
 """
 
 from __future__ import annotations
@@ -66,9 +71,9 @@ def private(pid: int) -> int:
     return total
 
 
-def one_run(warm: bool, opts: argparse.Namespace) -> dict[str, float | None]:
-    run = _kuberun.KubeRun(namespace=f"bench-warmcost-{'warm' if warm else 'cold'}",
-                           name="cost", warm=warm)  # fmt: skip
+def one_run(warm: bool, opts: argparse.Namespace, spares: int = 0) -> dict[str, float | None]:
+    run = _kuberun.KubeRun(namespace=f"bench-warmcost-{'warm' if warm else 'cold'}{spares}",
+                           name="cost", warm=warm, spares=spares)  # fmt: skip
     spec = _ours.job(3, 10**9, parameter_servers=1, checkpoint_dir="/tmp/ckpt",
                      checkpoint_every_steps=10**6)  # fmt: skip
     spec["workers"] = 2
@@ -81,6 +86,8 @@ def one_run(warm: bool, opts: argparse.Namespace) -> dict[str, float | None]:
                 raise TimeoutError("not every replica trained in time")
             seen += run.events()
             time.sleep(0.2)
+        if spares:
+            run.wait_spare(lambda t: time.sleep(t), opts.startup_timeout)
         end = time.time() + opts.warmup
         while time.time() < end:
             seen += run.events()
@@ -92,8 +99,11 @@ def one_run(warm: bool, opts: argparse.Namespace) -> dict[str, float | None]:
         firsts = [kube.container_process(run.namespace, f"cost-{r}") for r in REPLICAS]
         memory = sum(working_set(pid) for pid in firsts)
         first_private = sum(private(pid) for pid in firsts) if warm else None
+        spare = (working_set(kube.container_process(run.namespace, "cost-spare-0")) / MIB
+                 if spares else None)  # fmt: skip
         return {"rate": obs.rate(seen, t0, t0 + opts.window), "memory": memory / MIB,
-                "first_private": None if first_private is None else first_private / MIB}
+                "first_private": None if first_private is None else first_private / MIB,
+                "spare": spare}
     finally:
         run.stop()
 
@@ -104,7 +114,11 @@ def main() -> int:
     p.add_argument("--warmup", type=float, default=5.0)
     p.add_argument("--window", type=float, default=15.0)
     p.add_argument("--startup-timeout", type=float, default=180.0)
+    p.add_argument("--spares", action="store_true",
+                   help="compare runPolicy.spares 1 with 0 (warm restarts on in both)")
     opts = p.parse_args()
+    if opts.spares:
+        return spare_cost(opts)
     _kuberun.wait_cluster()
     started = datetime.datetime.now(datetime.UTC)
     print(f"# bench/warmcost.py {' '.join(sys.argv[1:])}  ({started:%Y-%m-%d %H:%M} UTC)")
@@ -142,6 +156,40 @@ def main() -> int:
     memory = obs.ratio(med(True, "memory"), med(False, "memory"))
     print(f"| ratio warm / cold | | {obs.fmt(rate, '.2f', 'x')} | "
           f"{obs.fmt(memory, '.2f', 'x')} | |")
+    return 0
+
+
+def spare_cost(opts: argparse.Namespace) -> int:
+    """runPolicy.spares 1 vs 0, interleaved: steps/s and the spare pod's memory."""
+    _kuberun.wait_cluster()
+    started = datetime.datetime.now(datetime.UTC)
+    print(f"# bench/warmcost.py {' '.join(sys.argv[1:])}  ({started:%Y-%m-%d %H:%M} UTC)")
+    results: dict[int, list[dict[str, float | None]]] = {0: [], 1: []}
+    for i in range(opts.repeats):
+        for spares in ((1, 0) if i % 2 == 0 else (0, 1)):
+            result = one_run(True, opts, spares=spares)
+            results[spares].append(result)
+            print(f"  repeat {i + 1} spares {spares}: {obs.fmt(result['rate'], '.1f')} steps/s, "
+                  f"{obs.fmt(result['memory'], '.0f')} MiB in 4 containers"
+                  + (f", the spare {result['spare']:.0f} MiB" if result["spare"] else ""),
+                  flush=True)  # fmt: skip
+
+    def values(spares: int, key: str) -> list[float]:
+        return [v for r in results[spares] if (v := r[key]) is not None]
+
+    print()
+    print("| job (1 PS, chief, 2 workers), warm restarts | repeats | steps/s median (min) | "
+          "memory of its 4 replicas' containers, MiB median | the spare pod, MiB median (max) |")
+    print("| --- | --- | --- | --- | --- |")
+    for spares in (0, 1):
+        rates, spare = values(spares, "rate"), values(spares, "spare")
+        print(f"| spares: {spares} | {len(results[spares])} | {obs.fmt(obs.median(rates), '.1f')} "
+              f"({obs.fmt(min(rates) if rates else None, '.1f')}) | "
+              f"{obs.fmt(obs.median(values(spares, 'memory')), '.0f')} | "
+              f"{obs.fmt(obs.median(spare), '.0f')} "
+              f"({obs.fmt(max(spare) if spare else None, '.0f')}) |")
+    rate = obs.ratio(obs.median(values(1, "rate")), obs.median(values(0, "rate")))
+    print(f"| ratio 1 spare / none | | {obs.fmt(rate, '.2f', 'x')} | | |")
     return 0
 
 
