@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +62,13 @@ class StepDelay:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(f"{ms}\n")
         tmp.replace(self.path)  # atomic: a reader never sees an empty file
+
+
+def eventually(probe: Callable[[], Any], timeout: float) -> Any:
+    """``probe()``'s first truthy value within ``timeout`` s (polled every 50 ms), or None."""
+    deadline = time.monotonic() + timeout
+    while not (value := probe()):
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+    return value

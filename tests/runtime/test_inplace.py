@@ -18,14 +18,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from syncreplicas_runtime import exitcodes
 
-from tests.runtime.rtutil import linear_job, runtime_env
+from tests.runtime.rtutil import eventually, linear_job, runtime_env
 from tests.support.groups import children_of
 from tests.support.tfcluster import metric_value, start_cluster
 
@@ -33,14 +31,6 @@ pytestmark = pytest.mark.slow
 
 PROCESS_RESTARTS = "syncreplicas_process_restarts"
 
-
-def eventually(probe: Callable[[], object], timeout: float) -> object:
-    deadline = time.monotonic() + timeout
-    while not (value := probe()):
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.05)
-    return value
 
 
 def warm_env(policy: str, limit: int, tmp: Path) -> dict[str, str]:

@@ -22,12 +22,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from syncreplicas_runtime import exitcodes
 
-from tests.runtime.rtutil import StepDelay, linear_job, runtime_env
+from tests.runtime.rtutil import StepDelay, eventually, linear_job, runtime_env
 from tests.support.groups import children_of, stop_group
 from tests.support.tfcluster import free_port, metric_value, start_cluster
 
@@ -39,14 +38,6 @@ IDENTITY = ("TF_CONFIG", "SYNCREPLICAS_JOB", "SYNCREPLICAS_INCARNATION",
             "SYNCREPLICAS_WARM_RESTARTS", "SYNCREPLICAS_WARM_RESTART_LIMIT",
             "SYNCREPLICAS_WARM_RESTART_STATE")  # fmt: skip
 
-
-def eventually(probe: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := probe()):
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.05)
-    return value
 
 
 def spare_env(tmp: Path, port: int, name: str = "spare") -> dict[str, str]:
