@@ -97,7 +97,7 @@ def keep_spares(ctx: PlanContext) -> bool:
     # Replicas first: spares start once every replica's pod runs (a job's start is not
     # slowed by its spares importing TensorFlow beside it).
     all_running = all(
-        (pod := ctx.holder(t, i)) is not None and pod.phase == POD_RUNNING
+        (held := ctx.holder(t, i)) is not None and held.phase == POD_RUNNING
         for t, c in ctx.spec.replica_counts().items()
         for i in range(c)
     )
