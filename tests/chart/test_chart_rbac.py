@@ -41,6 +41,10 @@ NOT_EXERCISED: dict[Permission, str] = {
     # API group); the kmock server here serves only scheduler-plugins' PodGroup API.
     ("scheduling.volcano.sh", "podgroups", "create"): "plan.children.reconcile_children (Volcano)",
     ("scheduling.volcano.sh", "podgroups", "delete"): "plan.lifecycle.release_pod_group (Volcano)",
+    # A spare taking a replica over is relabelled (runPolicy.spares): the life here keeps no
+    # spare (exercised against kmock in tests/operator/test_spare_takeover.py, on the
+    # cluster under the chart's RBAC in tests/cluster/test_spares.py).
+    ("", "pods", "patch"): "controller.apply._assign_spare (runPolicy.spares)",
 }
 
 
