@@ -124,3 +124,5 @@ async def test_a_spare_that_refuses_is_deleted_and_the_ps_gets_its_own_pod(
     assert naming.REASON_SPARE_FAILED in c.event_reasons(ns)
     failed = next(e for e in c.objects("v1/events", ns) if e["reason"] == "SpareFailed")
     assert "HTTP 401" in failed["message"]
+    # A handover that did not happen is not counted.
+    assert int((c.status(ns, "sp").get("spares") or {}).get("assigned") or 0) == 0

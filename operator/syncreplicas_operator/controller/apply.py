@@ -88,6 +88,7 @@ def apply_plan(
     ``assign`` hands a spare its replica (``resources/sparecall.py``)."""
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
+    refused = 0  # handovers the plan counted in status.spares.assigned that did not happen
     for batch in _batches(plan.actions):
         first = batch[0]
         if isinstance(first, CreateChild):
@@ -123,12 +124,12 @@ def apply_plan(
                 assert isinstance(count, CountMetric)
                 counters.count(count.name, count.amount, dict(count.labels))
         elif isinstance(first, PatchStatus):
-            if not client.patch_status(namespace, name, first.patch):
+            if not client.patch_status(namespace, name, _uncount(first.patch, refused)):
                 return True
         elif isinstance(first, AssignSpare):
             for action in batch:
                 assert isinstance(action, AssignSpare)
-                _assign_spare(client, assign, job, action, expectations)
+                refused += not _assign_spare(client, assign, job, action, expectations)
         elif isinstance(first, DeleteJob):
             client.delete_job(namespace, name)
             return True
@@ -142,10 +143,11 @@ SpareCall = Callable[[str, int, str, Mapping[str, str]], str]
 def _assign_spare(
     client: Api, assign: SpareCall, job: Mapping[str, Any], action: AssignSpare,
     expectations: Expectations,
-) -> None:  # fmt: skip
-    """Hand the spare its replica, then relabel it (its Service selects it from then on).
-    A spare that refuses, or whose pod cannot be patched, is deleted: the next pass gives
-    the replica a pod of its own, and the spare's process, if it started, is fenced by it."""
+) -> bool:  # fmt: skip
+    """Hand the spare its replica, then relabel it (its Service selects it from then on);
+    True if it took it. A spare that refuses, or whose pod cannot be patched, is deleted: the
+    next pass gives the replica a pod of its own, and the spare's process, if it started, is
+    fenced by it."""
     namespace = job["metadata"]["namespace"]
     incarnation = int(action.patch["metadata"]["annotations"][naming.ANNOTATION_INCARNATION])
     why = assign(action.address, action.port, action.token, dict(action.env))
@@ -156,7 +158,7 @@ def _assign_spare(
                 client.post_event(namespace, job, NORMAL, naming.REASON_SPARE_ASSIGNED,
                                   f"spare {action.spare} took over {action.replica} "
                                   f"(incarnation {incarnation})")  # fmt: skip
-                return
+                return True
             why = "its pod is gone"
         except ApiError as exc:
             why = f"relabelling failed: {exc}"
@@ -169,6 +171,16 @@ def _assign_spare(
         client.post_event(namespace, job, event_type, reason, message)
     except ApiError as exc:
         log.warning("%s: event %s not posted: %s", namespace, reason, exc)
+    return False
+
+
+def _uncount(patch: Mapping[str, Any], refused: int) -> Mapping[str, Any]:
+    """The status patch without the ``refused`` handovers the plan counted as assigned."""
+    spares = patch.get("spares")
+    if not refused or not isinstance(spares, Mapping) or "assigned" not in spares:
+        return patch
+    assigned = max(0, int(spares["assigned"] or 0) - refused)
+    return {**patch, "spares": {**spares, "assigned": assigned}}
 
 
 def _batches(actions: Iterable[Action]) -> list[list[Action]]:
