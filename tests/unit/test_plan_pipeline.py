@@ -16,6 +16,7 @@ from tests.support.plans import T0, pods_of
 ALL_STEPS = [
     "replace_lost",
     "force_delete_stuck",
+    "admit",
     "plan_finished",
     "plan_suspended",
     "start",

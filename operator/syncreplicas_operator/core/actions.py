@@ -97,6 +97,24 @@ class AssignSpare:
 
 
 @dataclass(frozen=True)
+class PatchWorkload:
+    """A JSON merge patch of the job's Kueue Workload (``status``: of its status
+    subresource). A patch guarded by a resourceVersion that is no longer current is
+    dropped: the Workload's watch event brings the next pass."""
+
+    name: str
+    patch: Mapping[str, Any]
+    status: bool = False
+
+
+@dataclass(frozen=True)
+class DeleteWorkload:
+    """Delete the job's Kueue Workload (its pod sets no longer match the job)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class DeleteJob:
     """Delete the SyncReplicasJob itself (ttlSecondsAfterFinished expired)."""
 
@@ -113,4 +131,6 @@ Action = (
     | CountMetric
     | DeleteJob
     | AssignSpare
+    | PatchWorkload
+    | DeleteWorkload
 )

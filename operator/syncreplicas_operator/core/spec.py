@@ -16,6 +16,7 @@ deep-copied so that callers can never mutate the manifest they came from through
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -165,6 +166,8 @@ class Job:
     spec: JobSpec
     uid: str | None = None
     generation: int | None = None
+    # metadata.labels (kueue.x-k8s.io/queue-name puts the job in a queue: core/kueue.py).
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def parse_spec(spec: object, path: str = "spec") -> JobSpec:
@@ -194,7 +197,7 @@ def _metadata(metadata: Mapping[str, Any], key: str, kind: type, problems: list[
     value = metadata.get(key)
     if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
         return value
-    expected = {str: "a string", int: "an integer"}[kind]
+    expected = {str: "a string", int: "an integer", dict: "an object"}[kind]
     problems.append(Problem(f"metadata.{key}", f"must be {expected}, got {type_name(value)}"))
     return None
 
@@ -230,6 +233,7 @@ def parse_job(manifest: object, *, default_namespace: str = "default") -> Job:
     namespace = _metadata(metadata, "namespace", str, problems)
     uid = _metadata(metadata, "uid", str, problems)
     generation = _metadata(metadata, "generation", int, problems)
+    labels = _metadata(metadata, "labels", dict, problems) or {}
     spec = _parse_spec(manifest.get("spec"), "spec", problems)
     if problems or spec is None:
         raise SpecError(problems)
@@ -239,6 +243,7 @@ def parse_job(manifest: object, *, default_namespace: str = "default") -> Job:
         spec=spec,
         uid=uid,
         generation=generation,
+        labels={str(k): str(v) for k, v in labels.items()},
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import naming, recovery
 from ..actions import Action, DeletePod, EmitEvent
+from ..kueue import Flavor, ObservedWorkload
 from ..nodes import NodeHealth
 from ..recovery import Failure, SeenPod
 from ..spares import ObservedSpare
@@ -65,6 +66,18 @@ class Observed:
     nodes: NodeHealth | None = None
     # The job's spare pods still waiting for a replica (runPolicy.spares; core/spares.py).
     spares: tuple[ObservedSpare, ...] = ()
+    # --- Kueue (core/kueue.py): only for a job labelled with a queue name ---
+    # The operator's Kueue integration is on (--kueue), and whether the API serves Workloads.
+    kueue: bool = False
+    kueue_served: bool = False
+    # The job's Workload as last seen (None: none).
+    workload: ObservedWorkload | None = None
+    # Its WorkloadPriorityClass (name, value) when the job names one and it exists; else
+    # why it cannot be used ("" when the job names none).
+    priority: tuple[str, int] | None = None
+    priority_problem: str = ""
+    # The ResourceFlavors its admission assigned, as read.
+    flavors: Mapping[str, Flavor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

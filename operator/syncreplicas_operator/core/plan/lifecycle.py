@@ -9,7 +9,7 @@ from __future__ import annotations
 from .. import manifests, naming
 from ..actions import NORMAL, WARNING, DeleteJob, DeletePodGroup
 from ..enums import CleanPodPolicy
-from ..status import condition_is_true
+from ..status import condition_is_true, find_condition
 from ..timefmt import parse_time
 from . import spares
 from .context import PlanContext
@@ -29,26 +29,35 @@ def plan_suspended(ctx: PlanContext) -> bool:
     """A suspended job: no pods, no PodGroup, no running clock (startTime goes)."""
     if not ctx.spec.run_policy.suspend:
         return False
+    hold(ctx, naming.REASON_SUSPENDED, "runPolicy.suspend is true", "job suspended")
+    return True
+
+
+def hold(
+    ctx: PlanContext, reason: str, message: str, event: str, event_type: str = NORMAL
+) -> None:
+    """Keep the job from running (suspended by its user, or held by its queue): its pods go
+    (the chief checkpoints at SIGTERM), then its spares and PodGroup; the Suspended
+    condition says why (an Event ``event: deleted N pod(s)`` when it turns true)."""
     deleted = ctx.delete_pods(ctx.live_pods())
     spares.drop_spares(ctx, "the job is suspended")
     release_pod_group(ctx)
-    if ctx.condition(
-        naming.CONDITION_SUSPENDED, True, naming.REASON_SUSPENDED, "runPolicy.suspend is true"
-    ):
-        ctx.event(NORMAL, naming.REASON_SUSPENDED, f"job suspended: deleted {deleted} pod(s)")
+    if ctx.condition(naming.CONDITION_SUSPENDED, True, reason, message):
+        ctx.event(event_type, reason, f"{event}: deleted {deleted} pod(s)")
     for other in (naming.CONDITION_RUNNING, naming.CONDITION_RESTARTING, naming.CONDITION_STALLED):
-        ctx.condition(other, False, naming.REASON_SUSPENDED, "the job is suspended")
+        ctx.condition(other, False, reason, "the job is suspended")
     # The deadline counts running time only: it starts again on resume.
     ctx.status.pop("startTime", None)
     ctx.status.pop("restartJob", None)
     # The chief is gone on purpose: its replacement on resume is not a chief restart.
     ctx.status.pop("chief", None)
-    return True
 
 
 def start(ctx: PlanContext) -> bool:
     """Resume a job that was suspended; start its clock (status.startTime) once."""
-    if ctx.condition(
+    # Already false: left as it is (its queue may have said why: plan/queue.py).
+    current = find_condition(ctx.conditions, naming.CONDITION_SUSPENDED)
+    if (current is None or current.get("status") == "True") and ctx.condition(
         naming.CONDITION_SUSPENDED, False, naming.REASON_RESUMED, "runPolicy.suspend is false"
     ):
         ctx.event(NORMAL, naming.REASON_RESUMED, "job resumed: creating its pods again")

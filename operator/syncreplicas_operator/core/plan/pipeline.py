@@ -16,6 +16,7 @@ from . import (
     lifecycle,
     nodes,
     progress,
+    queue,
     recoveries,
     resize,
     spares,
@@ -30,6 +31,7 @@ Step = Callable[[PlanContext], bool]
 STEPS: Final[tuple[Step, ...]] = (
     nodes.replace_lost,
     children.force_delete_stuck,
+    queue.admit,
     lifecycle.plan_finished,
     lifecycle.plan_suspended,
     lifecycle.start,

@@ -1,0 +1,114 @@
+"""Kueue's admission (rules in ``core/kueue.py``): a job in a queue runs only while its
+Workload is admitted, with the admitted flavors' node labels and tolerations.
+
+``admit`` comes before every step that creates pods. It returns True (the pass ends) while
+the job is held: no Workload yet, waiting for quota, evicted, or queued again after a
+change its admission does not cover. Admitted, it hands the rest of the pass a job whose
+role templates carry the flavors' placement. A finished job's Workload is marked Finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import kueue, naming
+from ..actions import NORMAL, WARNING, CreateChild, DeleteWorkload, PatchWorkload
+from ..status import POD_PENDING, POD_RUNNING, POD_UNKNOWN, condition_is_true
+from .context import PlanContext
+from .lifecycle import hold
+
+# Pod phases that still hold their node's resources (a pod being deleted included).
+RUNS = (POD_PENDING, POD_RUNNING, POD_UNKNOWN)
+
+
+def admit(ctx: PlanContext) -> bool:
+    queue = kueue.queue_name(ctx.job)
+    if queue is None or not ctx.observed.kueue:
+        return False
+    workload = ctx.observed.workload
+    if ctx.finished():
+        if workload is not None and not workload.deleting:
+            done, _ = kueue.state(workload)
+            if done != kueue.State.FINISHED:
+                succeeded = condition_is_true(ctx.conditions, naming.CONDITION_SUCCEEDED)
+                said = "the job succeeded" if succeeded else "the job failed"
+                patch = kueue.finish_patch(workload, succeeded, said, ctx.timestamp)
+                ctx.actions.append(PatchWorkload(workload.name, patch, status=True))
+        return False
+    if not ctx.observed.kueue_served:
+        _held(ctx, f"the job is in queue {queue}, but the API server does not serve Kueue's "
+              f"Workloads ({kueue.API_VERSION}): install Kueue, or remove the label "
+              f"{kueue.QUEUE_NAME_LABEL}")  # fmt: skip
+        return True
+    if ctx.spec.run_policy.suspend:
+        # The user's suspend (plan_suspended stops the pods): the Workload is deactivated,
+        # so that Kueue takes its quota back (and gives it again on resume).
+        if workload is not None and workload.active and not workload.deleting:
+            ctx.actions.append(PatchWorkload(workload.name, {"spec": {"active": False}}))
+        _release_if_stopped(ctx)
+        return False
+    if workload is None:
+        if ctx.observed.priority_problem:
+            _held(ctx, ctx.observed.priority_problem, warn=True)
+            return True
+        body = kueue.build_workload(ctx.job, queue, priority=ctx.observed.priority,
+                                    default_image=ctx.inputs.default_image)  # fmt: skip
+        ctx.actions.append(CreateChild(body))
+        _held(ctx, f"waiting for Kueue to admit Workload {body['metadata']['name']} in "
+              f"queue {queue}")  # fmt: skip
+        return True
+    if workload.deleting:
+        _held(ctx, f"Workload {workload.name} is being deleted; the job is queued again after")
+        return True
+    if not workload.active:
+        ctx.actions.append(PatchWorkload(workload.name, {"spec": {"active": True}}))
+    sets = kueue.pod_sets(ctx.job, default_image=ctx.inputs.default_image)
+    templates = kueue.templates_hash(sets)
+    if not kueue.fits(workload, ctx.job, templates):
+        why = (f"the job no longer fits Workload {workload.name} (its workers or templates "
+               f"changed): queued again in {queue}")  # fmt: skip
+        _held(ctx, why, reason=kueue.REASON_QUEUED)
+        if not ctx.live_pods():
+            ctx.actions.append(DeleteWorkload(workload.name))
+        return True
+    state, said = kueue.state(workload)
+    if state == kueue.State.EVICTED:
+        why = kueue.eviction_reason(workload) or "Evicted"
+        _held(ctx, f"evicted by Kueue ({why}): {said}", reason=kueue.REASON_EVICTED)
+        _release_if_stopped(ctx)
+        return True
+    if state != kueue.State.ADMITTED:
+        _held(ctx, said)
+        return True
+    if ctx.condition(naming.CONDITION_SUSPENDED, False, kueue.REASON_ADMITTED,
+                     f"admitted by Kueue in queue {queue} (Workload {workload.name})"):
+        ctx.event(NORMAL, kueue.REASON_ADMITTED,
+                  f"Workload {workload.name} admitted in queue {queue}: creating its pods")
+        ctx.resumed = True  # fmt: skip
+    admitted = kueue.admitted_job(ctx.job, workload, ctx.observed.flavors)
+    ctx.inputs = replace(ctx.inputs, job=admitted)
+    return False
+
+
+def _held(ctx: PlanContext, message: str, *, reason: str = kueue.REASON_QUEUED,
+          warn: bool = False) -> None:  # fmt: skip
+    """Hold the job as a suspend does, the Suspended condition saying Kueue's reason (an
+    Event when it turns true; a Warning when it is the job's own fault)."""
+    event = "held by Kueue" if reason == kueue.REASON_QUEUED else message
+    hold(ctx, reason, message, event, event_type=WARNING if warn else NORMAL)
+
+
+def _release_if_stopped(ctx: PlanContext) -> None:
+    """Give an evicted Workload's quota back once the job has no pod left."""
+    workload = ctx.observed.workload
+    if workload is None or workload.admission is None or workload.deleting:
+        return
+    state, _ = kueue.state(workload)
+    running = any(p.phase in RUNS for p in ctx.observed.pods) or any(
+        not s.ended for s in ctx.observed.spares
+    )
+    if state != kueue.State.EVICTED or running:
+        return
+    ctx.actions.append(
+        PatchWorkload(workload.name, kueue.release_patch(workload, ctx.timestamp), status=True)
+    )
