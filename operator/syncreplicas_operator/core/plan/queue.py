@@ -68,7 +68,7 @@ def admit(ctx: PlanContext) -> bool:
         why = (f"the job no longer fits Workload {workload.name} (its workers or templates "
                f"changed): queued again in {queue}")  # fmt: skip
         _held(ctx, why, reason=kueue.REASON_QUEUED)
-        if not ctx.live_pods():
+        if not _running(ctx):
             ctx.actions.append(DeleteWorkload(workload.name))
         return True
     state, said = kueue.state(workload)
@@ -104,11 +104,16 @@ def _release_if_stopped(ctx: PlanContext) -> None:
     if workload is None or workload.admission is None or workload.deleting:
         return
     state, _ = kueue.state(workload)
-    running = any(p.phase in RUNS for p in ctx.observed.pods) or any(
-        not s.ended for s in ctx.observed.spares
-    )
-    if state != kueue.State.EVICTED or running:
+    if state != kueue.State.EVICTED or _running(ctx):
         return
     ctx.actions.append(
         PatchWorkload(workload.name, kueue.release_patch(workload, ctx.timestamp), status=True)
+    )
+
+
+def _running(ctx: PlanContext) -> bool:
+    """Whether a pod of the job (a spare too) may still hold its node's resources: being
+    deleted counts (the chief checkpoints while it terminates)."""
+    return any(p.phase in RUNS for p in ctx.observed.pods) or any(
+        not s.ended for s in ctx.observed.spares
     )
