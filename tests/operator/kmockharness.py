@@ -49,6 +49,17 @@ RESOURCES: dict[str, dict[str, Any]] = {
         "kind": naming.POD_GROUP_KIND,
         "namespaced": True,
     },
+    # Kueue's API (the operator's --kueue on): the tests play Kueue's part.
+    "kueue.x-k8s.io/v1beta2/workloads": {
+        "kind": "Workload",
+        "namespaced": True,
+        "subresources": {"status"},
+    },
+    "kueue.x-k8s.io/v1beta2/resourceflavors": {"kind": "ResourceFlavor", "namespaced": False},
+    "kueue.x-k8s.io/v1beta2/workloadpriorityclasses": {
+        "kind": "WorkloadPriorityClass",
+        "namespaced": False,
+    },
     JOBS: {
         "kind": naming.KIND,
         "namespaced": True,

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from ..core import naming
+from ..core import kueue, naming
 from ..core.actions import (
     NORMAL,
     Action,
@@ -22,8 +22,10 @@ from ..core.actions import (
     DeletePod,
     DeletePodGroup,
     DeleteService,
+    DeleteWorkload,
     EmitEvent,
     PatchStatus,
+    PatchWorkload,
 )
 from ..core.plan.context import Plan
 from ..core.plan.spares import failed_assignment
@@ -64,6 +66,10 @@ class Api(Protocol):
     def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool: ...
 
     def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool: ...
+
+    def patch(
+        self, kind: str, namespace: str, name: str, patch: Mapping[str, Any], status: bool = False
+    ) -> bool: ...
 
     def delete_job(self, namespace: str, name: str) -> bool: ...
 
@@ -130,6 +136,13 @@ def apply_plan(
             for action in batch:
                 assert isinstance(action, AssignSpare)
                 refused += not _assign_spare(client, assign, job, action, expectations)
+        elif isinstance(first, PatchWorkload):
+            if not client.patch(kueue.WORKLOAD_KIND, namespace, first.name, first.patch,
+                                status=first.status):  # fmt: skip
+                log.info("%s/%s: Workload %s changed or went before this patch; planning "
+                         "again", namespace, name, first.name)  # fmt: skip
+        elif isinstance(first, DeleteWorkload):
+            client.delete(kueue.WORKLOAD_KIND, namespace, first.name)
         elif isinstance(first, DeleteJob):
             client.delete_job(namespace, name)
             return True

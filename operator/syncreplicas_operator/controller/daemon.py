@@ -29,6 +29,7 @@ from typing import Any, Final, Protocol
 
 from ..core import manifests, naming
 from ..core.actions import WARNING, CreateChild, DeletePodGroup
+from ..core.kueue import ObservedWorkload
 from ..core.plan.pipeline import plan_job
 from ..core.recovery import SeenPod
 from ..core.spares import ObservedSpare, observe_spare
@@ -39,7 +40,7 @@ from ..core.timefmt import format_time
 from ..resources import k8s
 from ..resources.metrics import OperatorMetrics
 from ..resources.nodewatch import NodeWatch
-from . import replicametrics
+from . import queueing, replicametrics
 from .apply import apply_plan
 from .expectations import Expectations
 from .invalid import plan_invalid_job, refused_update_message
@@ -81,6 +82,8 @@ class ChildIndexes:
     services: Mapping[Any, Iterable[str]]
     policies: Mapping[Any, Iterable[str]]
     spares: Mapping[Any, Iterable[ObservedSpare]] = field(default_factory=dict)
+    # Kueue's Workloads of the jobs (only with --kueue on).
+    workloads: Mapping[Any, Iterable[ObservedWorkload]] = field(default_factory=dict)
 
 
 @dataclass
@@ -242,6 +245,13 @@ async def reconcile(
     except k8s.ApiError as exc:
         await report_write_failure(raw, state, exc)
         return WRITE_RETRY_SECONDS
+    try:
+        queueing_fields = await queueing.observe(
+            api(), SETTINGS.kueue, job, indexes.workloads.get(key, ())
+        )
+    except k8s.ApiError as exc:
+        await report_write_failure(raw, state, exc)
+        return WRITE_RETRY_SECONDS
     progress = await read_progress(job, state, pods)
     fractions, warm_reads = await read_replicas(job, state, pods)
     observed = replace(
@@ -257,6 +267,7 @@ async def reconcile(
         seen_pods=state.seen_pods,
         disruption_budget=state.disruption_budget,
         nodes=_NODES.health() if _NODES is not None else None,
+        **queueing_fields,
     )
     now = datetime.now(UTC)
     # Planning a large job builds thousands of pod bodies: keep it off the event loop.

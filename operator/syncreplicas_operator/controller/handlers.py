@@ -14,7 +14,8 @@ from typing import Any
 
 import kopf
 
-from ..core import naming
+from ..core import kueue, naming
+from ..core.kueue import ObservedWorkload, observe_workload
 from ..core.spares import ObservedSpare, observe_spare
 from ..core.status import ObservedPod, job_name_of, observe_pod
 from . import daemon, election
@@ -30,6 +31,8 @@ add_arguments = operator_settings.add_arguments
 def main(args: argparse.Namespace) -> int:
     """Run the operator until interrupted."""
     operator_settings.configure(args)
+    if operator_settings.SETTINGS.kueue:
+        watch_workloads()
     metrics = daemon.metrics()  # register the metric families before the first scrape
     operator_settings.serve_metrics(args)
     elector = None
@@ -133,6 +136,19 @@ def policy_changed(namespace: str, body: kopf.Body, **_: Any) -> None:
     daemon.wake(namespace, job_name_of(body))
 
 
+def watch_workloads() -> None:
+    """Index Kueue's Workloads of the jobs (--kueue on only: without it the operator neither
+    needs Kueue's API nor the RBAC to watch it)."""
+
+    def workloads_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, ObservedWorkload]:
+        job = job_name_of(body)
+        daemon.wake(namespace, job)
+        return {(namespace, job): observe_workload(body)}
+
+    resource = (kueue.GROUP, kueue.API_VERSION.split("/")[1], kueue.WORKLOAD_PLURAL)
+    kopf.index(*resource, labels=CHILD_LABELS, id="workloads_by_job")(workloads_by_job)
+
+
 @kopf.on.event(*JOBS)
 def job_changed(namespace: str, name: str, **_: Any) -> None:
     daemon.wake(namespace, name)
@@ -148,9 +164,10 @@ async def run_job(
     services_by_job: kopf.Index[Any, str],
     policies_by_job: kopf.Index[Any, str],
     spares_by_job: kopf.Index[Any, ObservedSpare],
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
-    indexes = daemon.ChildIndexes(pods_by_job, services_by_job, policies_by_job, spares_by_job)
+    indexes = daemon.ChildIndexes(pods_by_job, services_by_job, policies_by_job, spares_by_job,
+                                  kwargs.get("workloads_by_job", {}))  # fmt: skip
     try:
         await daemon.run_job(stopped, body, namespace, name, indexes)
     except daemon.InvalidJob as exc:

@@ -41,6 +41,9 @@ class Settings:
     # Namespaces whose pods may read the replicas' metrics port (the job's NetworkPolicy);
     # empty: any source. Set, it always holds the operator's own (it reads the replicas).
     metrics_from: tuple[str, ...] = ()
+    # Kueue (core/kueue.py): a job labelled kueue.x-k8s.io/queue-name runs once Kueue admits
+    # the Workload the operator writes for it. Off: the label means nothing here.
+    kueue: bool = False
 
 
 SETTINGS = Settings()
@@ -119,6 +122,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "kubelet renews every 10 s; default: %(default)s)",
     )
     parser.add_argument(
+        "--kueue",
+        choices=("on", "off"),
+        default="on" if SETTINGS.kueue else "off",
+        help="queue jobs labelled kueue.x-k8s.io/queue-name in Kueue: each gets a Workload "
+        "and runs only while Kueue admits it (default: %(default)s)",
+    )
+    parser.add_argument(
         "--leader-elect",
         choices=("on", "off"),
         default="off",
@@ -183,6 +193,7 @@ def configure(args: argparse.Namespace) -> None:
         raise SystemExit("--node-lease-grace-seconds must be > 0")
     SETTINGS.node_loss_handling = args.node_loss_handling == "on"
     SETTINGS.node_lease_grace = args.node_lease_grace_seconds
+    SETTINGS.kueue = args.kueue == "on"
     if problems := election_timings(args).problems():
         raise SystemExit(f"--leader-election-*: {'; '.join(problems)}")
     log_watched_namespaces(args.namespace)

@@ -24,7 +24,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from ..core import naming
+from ..core import kueue, naming
 from ..core.timefmt import format_time
 
 # kind -> (API path prefix, plural)
@@ -35,6 +35,7 @@ _PATHS: dict[str, tuple[str, str]] = {
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
     naming.KIND: (f"/apis/{naming.API_VERSION}", naming.PLURAL),
+    kueue.WORKLOAD_KIND: (f"/apis/{kueue.API_VERSION}", kueue.WORKLOAD_PLURAL),
 }
 # Kinds whose API group varies (the same kind from different schedulers).
 _BY_API_VERSION: frozenset[str] = frozenset({naming.POD_GROUP_KIND})
@@ -253,6 +254,22 @@ class Api:
             ok=(404,),
         )
         return status != 404
+
+    def patch(
+        self, kind: str, namespace: str, name: str, patch: Mapping[str, Any], status: bool = False
+    ) -> bool:
+        """Merge-patch an object (``status``: its status subresource); False if it is gone
+        or the patch's resourceVersion is no longer current (409)."""
+        path = f"{collection_path(kind, namespace)}/{name}" + ("/status" if status else "")
+        code, _ = self._call("PATCH", path, dict(patch), content_type=MERGE_PATCH, ok=(404, 409))
+        return code not in (404, 409)
+
+    def read_cluster_object(
+        self, api_version: str, plural: str, name: str
+    ) -> dict[str, Any] | None:
+        """A cluster-scoped object (None: not found)."""
+        code, body = self._call("GET", f"/apis/{api_version}/{plural}/{name}", ok=(404,))
+        return dict(body) if code != 404 and body else None
 
     # -- the job ----------------------------------------------------------------------
 
