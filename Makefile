@@ -27,7 +27,8 @@ help:
 	@echo "make chart  - helm lint --strict and helm template the chart"
 	@echo "make cluster      - a Kubernetes cluster built from upstream sources (NODES=3 nodes"
 	@echo "                    by default), both images loaded, the chart installed"
-	@echo "                    (.cluster/kubeconfig); NODES=N converges a running one to N"
+	@echo "                    (.cluster/kubeconfig); NODES=N converges a running one to N;"
+	@echo "                    KUEUE=1 also installs Kueue (its ClusterQueue syncreplicas)"
 	@echo "make cluster-down - stop it and remove everything it made"
 
 venv: $(VENV)/.installed
@@ -68,7 +69,7 @@ lint: venv
 TEST_NODES := 4
 test: venv tools lint
 	@was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \
-	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) || exit 1; \
+	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 || exit 1; \
 	SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest tests --durations=25; rc=$$?; \
 	if [ $$was_up = 0 ]; then \
 		python3 $(CLUSTER)/cluster.py down && python3 $(CLUSTER)/cluster.py leftovers || rc=1; \
@@ -103,13 +104,16 @@ chart: tools
 	promtool test rules tests/chart/alerts_test.yaml
 
 # A multi-node cluster from upstream sources (hack/cluster/README.md). Idempotent; NODES=N
-# converges a running cluster to N nodes (default: as many as run, else 3).
+# converges a running cluster to N nodes (default: as many as run, else 3); KUEUE=1 also
+# builds and installs Kueue (install-kueue.sh).
+KUEUE_ENV := $(if $(filter 1,$(KUEUE)),SYNCREPLICAS_KUEUE=1)
 cluster: tools
 	$(CLUSTER)/install-host.sh
-	$(CLUSTER)/build-binaries.sh
+	$(KUEUE_ENV) $(CLUSTER)/build-binaries.sh
 	python3 $(CLUSTER)/cluster.py up $(if $(NODES),--nodes $(NODES))
-	$(CLUSTER)/images.sh
+	$(KUEUE_ENV) $(CLUSTER)/images.sh
 	$(CLUSTER)/install-chart.sh
+	$(if $(filter 1,$(KUEUE)),$(CLUSTER)/install-kueue.sh)
 	@echo
 	@echo "The cluster is up. Next:"
 	@echo "  export KUBECONFIG=$(CURDIR)/.cluster/kubeconfig PATH=$(CURDIR)/$(TOOLS):\$$PATH"

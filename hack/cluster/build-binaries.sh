@@ -8,7 +8,9 @@
 #   prometheus from github.com/prometheus/prometheus (hack/cluster/prometheus/go.mod):
 #     Debian's Prometheus has no Kubernetes service discovery,
 #   kube-router from github.com/cloudnativelabs/kube-router/v2 (hack/cluster/kube-router/
-#     go.mod): its network-policy controller enforces NetworkPolicy on every node.
+#     go.mod): its network-policy controller enforces NetworkPolicy on every node,
+#   Kueue's manager from sigs.k8s.io/kueue (hack/cluster/kueue/go.mod), only when
+#     SYNCREPLICAS_KUEUE=1 (`make cluster KUEUE=1`): its image's /manager.
 # Each lands in $CACHE/<name>-<version>/bin. With the binaries there it does nothing; with
 # the Go build cache warm a rebuild is a link step.
 set -euo pipefail
@@ -90,6 +92,19 @@ if ! cached "$kube_router" kube-router; then
   kv="github.com/cloudnativelabs/kube-router/v2/pkg/version"
   go_build "kube-router $KUBE_ROUTER_VERSION" "$kube_router" kube-router \
     "-s -w -X $kv.Version=$KUBE_ROUTER_VERSION -X $kv.BuildDate=1970-01-01T00:00:00Z" tool
+fi
+
+# Kueue ----------------------------------------------------------------------------------
+# Only for `make cluster KUEUE=1` (~6 min cold on 2 cores, all its job integrations' APIs).
+kueue="$CACHE/kueue-$KUEUE_VERSION/bin"
+if [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && ! cached "$kueue" manager; then
+  # The ldflags of its Makefile (LD_FLAGS): the version its log and kueue_build_info show.
+  qv="sigs.k8s.io/kueue/pkg/version"
+  go_build "kueue $KUEUE_VERSION" "$kueue" kueue \
+    "-s -w -X $qv.GitVersion=$KUEUE_VERSION -X $qv.GitCommit=module -X $qv.BuildDate=1970-01-01T00:00:00Z" \
+    tool
+  # The package is sigs.k8s.io/kueue/cmd/kueue: its binary is named "kueue"; the image's is /manager.
+  mv "$kueue/kueue" "$kueue/manager"
 fi
 
 # pause ----------------------------------------------------------------------------------

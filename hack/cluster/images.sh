@@ -7,6 +7,9 @@
 #                                                /usr/local (python, pip, site-packages)
 #   <operator image>, <runtime image>            operator/Dockerfile and runtime/Dockerfile,
 #                                                unchanged, with PYTHON_IMAGE=<that base>
+#   registry.k8s.io/kueue/kueue:<KUEUE_VERSION>  only when SYNCREPLICAS_KUEUE=1: Kueue's
+#                                                manager (build-binaries.sh) as /manager, as
+#                                                its release image (distroless) holds it
 # The operator and runtime images get the names the chart deploys by default. Each step is
 # skipped when its result is there: buildah caches layers (--layers), and an image whose ID
 # was imported before is not imported again.
@@ -35,6 +38,7 @@ esac
 app_version="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/syncreplicas/Chart.yaml")"
 PAUSE="registry.k8s.io/pause:$PAUSE_VERSION"
 BASE="localhost/syncreplicas/python:3.11-bookworm"
+KUEUE="registry.k8s.io/kueue/kueue:$KUEUE_VERSION"
 OPERATOR="ghcr.io/syncreplicas/syncreplicas-operator:$app_version"
 RUNTIME="ghcr.io/syncreplicas/syncreplicas-runtime:$app_version"
 
@@ -54,6 +58,19 @@ if ! exists "$PAUSE"; then
   buildah config --entrypoint '["/pause"]' --user 65535:65535 "$c"
   buildah commit --quiet --rm "$c" "$PAUSE" >/dev/null
   say "built $PAUSE"
+fi
+
+# kueue ----------------------------------------------------------------------------------
+# What its Dockerfile makes, on scratch instead of distroless/static:nonroot: the manager
+# is static and talks only to the API server, with the service account's CA.
+if [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && ! exists "$KUEUE"; then
+  kueue_bin="$CACHE/kueue-$KUEUE_VERSION/bin/manager"
+  [[ -x "$kueue_bin" ]] || { echo "images: $kueue_bin missing: run SYNCREPLICAS_KUEUE=1 build-binaries.sh" >&2; exit 1; }
+  c="$(buildah from scratch)"
+  buildah copy --quiet "$c" "$kueue_bin" /manager >/dev/null
+  buildah config --entrypoint '["/manager"]' --user 65532:65532 --workingdir / "$c"
+  buildah commit --quiet --rm "$c" "$KUEUE" >/dev/null
+  say "built $KUEUE ($(buildah images --format '{{.Size}}' "$KUEUE" | head -1))"
 fi
 
 # base -----------------------------------------------------------------------------------
@@ -91,6 +108,7 @@ for pair in "operator:$OPERATOR" "runtime:$RUNTIME"; do
 done
 
 loads=("$PAUSE" "$OPERATOR" "$RUNTIME")
+[[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && loads+=("$KUEUE")
 if [[ -n $variant ]]; then
   name="${OPERATOR%:*}:$variant"
   # Made again whenever the operator image changed (the variant records which it copies).

@@ -41,7 +41,8 @@ async def test_a_queued_job_waits_for_admission_runs_on_its_flavor_and_yields_to
 ) -> None:
     c, ns = cluster, "queued"
     for plural, body in (
-        ("resourceflavors", {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": {"pool": "a"}}}),
+        ("resourceflavors",
+         {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": {"pool": "a"}}}),
         ("workloadpriorityclasses", {"metadata": {"name": "high"}, "value": 1000}),
     ):  # fmt: skip
         status, answer = await c.request("POST", f"{KUEUE}/{plural}", {
