@@ -17,13 +17,16 @@ from tests.cluster import kube
 @pytest.mark.timeout(1800)
 def test_down_leaves_nothing_behind_and_make_cluster_restores_it(cluster_up: None) -> None:
     count = len(kube.kubectl_json("get", "nodes")["items"])
+    # The cluster as it was: with Kueue if it had it (make test's has).
+    had_kueue = kube.kubectl("get", "namespace", "kueue-system", check=False).returncode == 0
     down = kube.cluster("down")
     assert "down in" in down.stdout, down.stdout
     left = kube.cluster("leftovers", check=False)
     assert left.returncode == 0 and not left.stdout.strip(), left.stdout
     assert not kube.KUBECONFIG.exists()
 
-    up = subprocess.run(["make", "--no-print-directory", "cluster", f"NODES={count}"],
+    up = subprocess.run(["make", "--no-print-directory", "cluster", f"NODES={count}",
+                         *(["KUEUE=1"] if had_kueue else [])],
                         cwd=kube.REPO, capture_output=True, text=True, timeout=900,
                         check=False)  # fmt: skip
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
@@ -35,4 +38,8 @@ def test_down_leaves_nothing_behind_and_make_cluster_restores_it(cluster_up: Non
     deployment = kube.kubectl_json("get", "deployment", "syncreplicas-operator",
                                    "-n", kube.RELEASE_NAMESPACE)  # fmt: skip
     assert deployment["status"].get("readyReplicas") == 2
+    if had_kueue:
+        kueue = kube.kubectl_json("get", "deployment", "kueue-controller-manager",
+                                  "-n", "kueue-system")  # fmt: skip
+        assert kueue["status"].get("availableReplicas") == 1, kueue["status"]
     assert kube.leader_pod(), "an operator replica leads"
