@@ -95,7 +95,7 @@ if ! cached "$kube_router" kube-router; then
 fi
 
 # Kueue ----------------------------------------------------------------------------------
-# Only for `make cluster KUEUE=1` (~6 min cold on 2 cores, all its job integrations' APIs).
+# Only for `make cluster KUEUE=1` (~3 min cold on 2 cores: every job integration's API).
 kueue="$CACHE/kueue-$KUEUE_VERSION/bin"
 if [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && ! cached "$kueue" manager; then
   # The ldflags of its Makefile (LD_FLAGS): the version its log and kueue_build_info show.
