@@ -112,7 +112,7 @@ cluster: tools
 	$(KUEUE_ENV) $(CLUSTER)/build-binaries.sh
 	python3 $(CLUSTER)/cluster.py up $(if $(NODES),--nodes $(NODES))
 	$(KUEUE_ENV) $(CLUSTER)/images.sh
-	$(CLUSTER)/install-chart.sh
+	$(CLUSTER)/install-chart.sh $(if $(filter 1,$(KUEUE)),--set kueue.enabled=true)
 	$(if $(filter 1,$(KUEUE)),$(CLUSTER)/install-kueue.sh)
 	@echo
 	@echo "The cluster is up. Next:"
