@@ -69,8 +69,10 @@ def main(args: argparse.Namespace) -> int:
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    # The resources are known at start; watching namespaces and CRDs needs more RBAC.
-    settings.scanning.disabled = True
+    # The resources are known at start; watching namespaces and CRDs needs more RBAC. With
+    # --kueue on, CRDs are watched: Kueue installed after the operator (its Workloads' CRD
+    # created later) is noticed and its Workloads watched from then on.
+    settings.scanning.disabled = not operator_settings.SETTINGS.kueue
     # Our own Events say what happened; kopf's per-handler log Events would double them.
     settings.posting.enabled = False
     settings.persistence.finalizer = f"{naming.GROUP}/finalizer"
