@@ -121,7 +121,7 @@ def test_quota_waits_priority_preempts_and_the_preempted_job_resumes_from_its_ch
             # 2. W waits with Kueue's reason.
             apply(queued_job("waits", None, "low", steps=300))
             said = kube.eventually("W held with Kueue's reason", lambda: (
-                c := suspended(namespace, "waits")) and "insufficient quota" in c["message"]
+                c := suspended(namespace, "waits")) and "insufficient" in c["message"]
                 and c, 120)  # fmt: skip
             assert said["status"] == "True" and said["reason"] == "Queued", said
             assert srj(namespace, "waits")["status"]["phase"] == "Suspended"
