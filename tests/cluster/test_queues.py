@@ -11,7 +11,8 @@ requests 100m a pod, so one fits and two do not:
 3. a high-priority job H preempts L: L's pods go (its chief checkpoints at SIGTERM), L
    says why (EvictedByKueue) and gives its quota back; H runs and succeeds;
 4. L and W are admitted again in turn and succeed; L resumes from the checkpoint it wrote
-   when evicted: its checkpoints' steps only grow and it repeats no step before it.
+   when evicted: its checkpoints' steps only grow and it repeats no step before it;
+5. deleting H deletes its Workload.
 """
 
 from __future__ import annotations
@@ -146,6 +147,11 @@ def test_quota_waits_priority_preempts_and_the_preempted_job_resumes_from_its_ch
             logs = kube.kubectl("logs", "-n", namespace, "low-chief-0", check=False).stdout
             restored = [int(s) for s in re.findall(r"variables restored \S+, global step (\d+)",
                                                    logs)]  # fmt: skip
+            # Deleting a job deletes its Workload (the garbage collector: it owns it).
+            kube.kubectl("delete", "srj", "high", "-n", namespace, "--wait=false")
+            kube.eventually("H's Workload deleted with it", lambda: "high" not in [
+                w["metadata"]["labels"]["syncreplicas.io/job-name"]
+                for w in workloads(namespace)], 60)  # fmt: skip
         assert checkpoints.steps == sorted(checkpoints.steps), checkpoints.steps
         assert at_eviction in checkpoints.steps
         assert restored and restored[0] == at_eviction, (restored, at_eviction, logs[-3000:])

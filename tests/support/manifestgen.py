@@ -34,7 +34,17 @@ from syncreplicas_api.fields import Format, GoPattern, OpenModel
 from syncreplicas_api.fields_walk import FieldView, fields
 
 Path = tuple[str, ...]
-DELETE: Final = object()  # a mutation's value: remove the key
+
+
+class _Delete:
+    """A mutation's value: remove the key. Its repr is stable: test ids show it, and
+    pytest-xdist's workers must collect the same ids."""
+
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE: Final = _Delete()
 
 INT_FORMATS: Final = {"int32": 31, "int64": 63}
 # Fields whose valid values decide how many pods and worker slots a job has.

@@ -43,7 +43,17 @@ CRD_PATH = ROOT / "crds" / "syncreplicasjobs.yaml"
 CRD = yaml.safe_load(CRD_PATH.read_text())
 VERSION = CRD["spec"]["versions"][0]
 SCHEMA = VERSION["schema"]["openAPIV3Schema"]
-MISSING = object()
+
+
+class _Missing:
+    """No value: the key is absent. A stable repr: test ids show it (pytest-xdist's workers
+    must collect the same ids)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
 
 # --- an API-server-like checker for the CRD ---------------------------------------------
 
