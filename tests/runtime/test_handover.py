@@ -105,8 +105,11 @@ def test_a_ps_at_sigterm_hands_over_and_loses_no_update_sigkill_loses_some(
             target = step() + 25
             wait_until(cluster, f"global step {target}", lambda t=target: step() >= t)
             if what == "SIGKILL":  # well past the last periodic snapshot: something to lose
-                wait_until(cluster, "a snapshot 3+ steps behind", lambda: step() - (
-                    chief_metric(cluster, "syncreplicas_snapshot_step") or 0) >= 3)
+                # Slower steps, and a kill mid-way between two snapshots: the next one cannot
+                # land between this check and the kill (then nothing would be lost).
+                delay.set(150)
+                wait_until(cluster, "a snapshot 3 to 6 steps behind", lambda: 3 <= step() - (
+                    chief_metric(cluster, "syncreplicas_snapshot_step") or 0) <= 6)
             before = restores()
             sig = signal.SIGTERM if what == "SIGTERM" else signal.SIGKILL
             code, took = replacer.replace(index, sig)
