@@ -242,10 +242,6 @@ async def reconcile(
     )
     try:
         pod_group_api = await served(job)
-    except k8s.ApiError as exc:
-        await report_write_failure(raw, state, exc)
-        return WRITE_RETRY_SECONDS
-    try:
         queueing_fields = await queueing.observe(
             api(), SETTINGS.kueue, job, indexes.workloads.get(key, ())
         )

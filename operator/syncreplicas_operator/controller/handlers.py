@@ -147,8 +147,8 @@ def watch_workloads() -> None:
         daemon.wake(namespace, job)
         return {(namespace, job): observe_workload(body)}
 
-    resource = (kueue.GROUP, kueue.API_VERSION.split("/")[1], kueue.WORKLOAD_PLURAL)
-    kopf.index(*resource, labels=CHILD_LABELS, id="workloads_by_job")(workloads_by_job)
+    kopf.index(kueue.GROUP, kueue.VERSION, kueue.WORKLOAD_PLURAL, labels=CHILD_LABELS,
+               id="workloads_by_job")(workloads_by_job)  # fmt: skip
 
 
 @kopf.on.event(*JOBS)

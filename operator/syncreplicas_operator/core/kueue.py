@@ -28,9 +28,11 @@ from typing import Any, Final
 
 from . import manifests, naming, podtemplate
 from .spec import Job
+from .status import condition_is_true, find_condition
 
 GROUP: Final = "kueue.x-k8s.io"
-API_VERSION: Final = f"{GROUP}/v1beta2"
+VERSION: Final = "v1beta2"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
 WORKLOAD_KIND: Final = "Workload"
 WORKLOAD_PLURAL: Final = "workloads"
 FLAVOR_PLURAL: Final = "resourceflavors"
@@ -191,22 +193,13 @@ def observe_workload(body: Mapping[str, Any]) -> ObservedWorkload:
     )
 
 
-def _condition(workload: ObservedWorkload, kind: str) -> Mapping[str, Any] | None:
-    return next((c for c in workload.conditions if c.get("type") == kind), None)
-
-
-def _true(workload: ObservedWorkload, kind: str) -> bool:
-    found = _condition(workload, kind)
-    return found is not None and found.get("status") == "True"
-
-
 def state(workload: ObservedWorkload) -> tuple[State, str]:
     """Where Kueue has the Workload, and why in Kueue's words."""
-    if _true(workload, FINISHED):
+    if condition_is_true(workload.conditions, FINISHED):
         return State.FINISHED, _message(workload, FINISHED)
-    if _true(workload, EVICTED):
+    if condition_is_true(workload.conditions, EVICTED):
         return State.EVICTED, _message(workload, EVICTED)
-    if _true(workload, ADMITTED) and workload.admission is not None:
+    if condition_is_true(workload.conditions, ADMITTED) and workload.admission is not None:
         return State.ADMITTED, _message(workload, ADMITTED)
     if workload.admission is not None:  # quota reserved, admission checks pending
         return State.PENDING, _message(workload, ADMITTED) or "waiting for admission checks"
@@ -215,12 +208,12 @@ def state(workload: ObservedWorkload) -> tuple[State, str]:
 
 
 def _message(workload: ObservedWorkload, kind: str) -> str:
-    found = _condition(workload, kind)
+    found = find_condition(workload.conditions, kind)
     return str(found.get("message") or "") if found else ""
 
 
 def eviction_reason(workload: ObservedWorkload) -> str:
-    found = _condition(workload, EVICTED)
+    found = find_condition(workload.conditions, EVICTED)
     return str(found.get("reason") or "") if found else ""
 
 
