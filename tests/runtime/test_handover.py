@@ -224,3 +224,45 @@ def test_a_worker_at_sigterm_leaves_at_once_and_exits_143(tmp_path: Path) -> Non
     w_ref, b_ref, _ = reference_sgd(0, 1, steps, 8, 4, lr)
     np.testing.assert_allclose(reader.get_tensor("linear/w"), w_ref, rtol=1e-4, atol=1e-5)
     assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
+
+
+SIGTERM_CHECKPOINT_RE = re.compile(r"SIGTERM: checkpoint at global step (\d+) with the updates "
+                                   r"held")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("first", ["chief", "ps"])
+def test_the_whole_job_at_sigterm_keeps_the_chiefs_checkpoint(tmp_path: Path,
+                                                              first: str) -> None:  # fmt: skip
+    """Every process at SIGTERM at once (the job suspended or evicted by its queue): the PS,
+    its state already in the chief's snapshot, stays until the chief's SIGTERM checkpoint
+    (which reads it) is written; that checkpoint holds the step the updates stopped at."""
+    ckpt = tmp_path / "ckpt"
+    # A slow checkpoint (64 MB read from the PS): the PS's state is in the chief's snapshot
+    # long before it is written.
+    job = linear_job(replicasToAggregate=2, training__maxSteps=100000,
+                     model__entrypoint="tests.runtime.ballast:build",
+                     training__checkpointDir=str(ckpt), training__checkpointEverySteps=100000,
+                     training__snapshotEverySteps=10)  # fmt: skip
+    delay = StepDelay(tmp_path / "delay", 30)
+    with start_cluster(job, workers=1, ps=1, workdir=tmp_path,
+                       env={**runtime_env(), **delay.env}) as cluster:  # fmt: skip
+        wait_until(cluster, "global step 30",
+                   lambda: (chief_metric(cluster, "syncreplicas_global_step") or 0) >= 30)
+        order = [("chief", 0), ("ps", 0), ("worker", 0)]
+        if first == "ps":
+            order = [("ps", 0), ("chief", 0), ("worker", 0)]
+        for role, index in order:
+            cluster.kill(role, index, signal.SIGTERM)
+        codes = cluster.wait(timeout=HANG_GUARD)
+        logs = cluster.logs()
+    assert codes[("chief", 0)] == 143 and codes[("ps", 0)] == 143, (codes, logs)
+    written = SIGTERM_CHECKPOINT_RE.search(cluster.log("chief", 0))
+    assert written, logs
+    ps = cluster.log("ps", 0)
+    assert "staying until it is written" in ps, logs
+    assert f"the chief's SIGTERM checkpoint holds global step {written[1]}" in ps, logs
+
+    import tensorflow as tf
+
+    assert int(tf.train.load_checkpoint(str(ckpt)).get_tensor("global_step")) == int(written[1])

@@ -9,6 +9,11 @@ HANDOVER_WAIT_SECONDS (no chief, PS 0 gone, a chief too busy) it exits as before
 its replacement is then restored from the chief's last periodic snapshot or the checkpoint.
 With snapshots off (``snapshotEverySteps`` 0) there is nowhere to hand over to: it exits at
 once, as before, and says so.
+
+When the whole job stops (suspended, evicted by its queue, deleted), the chief writes its
+SIGTERM checkpoint at the same time, reading every PS: a PS that sees the chief ask too stays
+until that checkpoint is written (the chief withdraws; bounded by CHECKPOINT_WAIT_SECONDS),
+whether or not its snapshot came first: leaving would fail the checkpoint.
 """
 
 from __future__ import annotations
@@ -21,7 +26,12 @@ import tensorflow as tf
 
 from ..process.context import Context
 from ..process.sessions import coordinator_session_config
-from ..sync.handover import HANDOVER_WAIT_SECONDS, POLL_SECONDS, ps_slot
+from ..sync.handover import (
+    CHECKPOINT_WAIT_SECONDS,
+    HANDOVER_WAIT_SECONDS,
+    POLL_SECONDS,
+    ps_slot,
+)
 from ..sync.protocol import SyncProtocol
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
@@ -36,42 +46,60 @@ def hand_over_at_sigterm(ctx: Context) -> None:
 
 
 def hand_over(ctx: Context) -> None:
-    """Ask, wait for the chief's snapshot (bounded), exit 143 with what happened."""
+    """Ask, wait for the chief's snapshot or SIGTERM checkpoint (bounded), exit 143 with
+    what happened."""
     t0 = time.monotonic()
     if not ctx.cfg.training.snapshot_every_steps:
         ctx.log("handover: none (snapshots are off: snapshotEverySteps 0); the replacement "
                 "is restored from the latest checkpoint")
         ctx.exit_now(SIGTERM_EXIT, "stopped by SIGTERM (no handover: snapshots are off)")
-    outcome: list[int | str] = []
+    outcome: list[tuple[int, str] | str] = []
     asker = threading.Thread(target=lambda: outcome.append(ask_and_wait(ctx, t0)),
                              name="handover-ask", daemon=True)
     asker.start()
-    asker.join(HANDOVER_WAIT_SECONDS + 0.5)
+    asker.join(HANDOVER_WAIT_SECONDS + CHECKPOINT_WAIT_SECONDS + 0.5)
     took = time.monotonic() - t0
     result = outcome[0] if outcome else f"no answer within {HANDOVER_WAIT_SECONDS:.0f}s"
-    if isinstance(result, int):
-        ctx.log(f"handover: the chief's snapshot holds global step {result}; exiting "
+    if isinstance(result, tuple):
+        step, holder = result
+        ctx.log(f"handover: {holder} holds global step {step}; exiting "
                 f"{took:.2f}s after SIGTERM at unix time {time.time():.3f}")
         ctx.exit_now(SIGTERM_EXIT, f"stopped by SIGTERM after handing over its state at "
-                     f"global step {result} ({took:.2f}s)", result)
+                     f"global step {step} ({took:.2f}s)", step)
     ctx.log(f"handover: none ({result}); exiting {took:.2f}s after SIGTERM: the replacement "
             "is restored from the chief's last snapshot or the latest checkpoint")
     ctx.exit_now(SIGTERM_EXIT, f"stopped by SIGTERM without a handover ({result})")
 
 
-def ask_and_wait(ctx: Context, t0: float) -> int | str:
-    """The held global step once the chief's snapshot holds it, or why not."""
+SNAPSHOT = "the chief's snapshot"
+CHECKPOINT = "the chief's SIGTERM checkpoint"
+
+
+def ask_and_wait(ctx: Context, t0: float) -> tuple[int, str] | str:
+    """(the held global step, what holds it) once the chief's snapshot holds it, or its
+    SIGTERM checkpoint when the chief is stopping too; else why not."""
     cfg = ctx.cfg
     deadline = t0 + HANDOVER_WAIT_SECONDS
+    chief_stopping = False
     try:
         # Every PS: this one and PS 0, where the handover's state lives.
         protocol = SyncProtocol(cfg, ctx.server.target, config=coordinator_session_config())
         protocol.ask_handover(ps_slot(cfg.index))
         while time.monotonic() < deadline:
-            _, held, saved = protocol.handover_state()
-            if held >= 0 and saved >= held:
-                return held
+            state = protocol.handover_state()
+            if state.chief_asks and not chief_stopping:
+                # The whole job stops: the chief's checkpoint reads this PS; stay for it.
+                chief_stopping = True
+                deadline = time.monotonic() + CHECKPOINT_WAIT_SECONDS
+                ctx.log("handover: the chief is checkpointing at SIGTERM; staying until "
+                        "it is written")
+            elif chief_stopping and not state.chief_asks and state.held >= 0:
+                return state.held, CHECKPOINT
+            elif not chief_stopping and state.held >= 0 and state.saved >= state.held:
+                return state.held, SNAPSHOT
             time.sleep(POLL_SECONDS)
     except tf.errors.OpError as err:
         return f"PS 0 did not answer: {type(err).__name__}"
+    if chief_stopping:
+        return f"the chief's checkpoint not written within {CHECKPOINT_WAIT_SECONDS:.0f}s"
     return f"no snapshot within {HANDOVER_WAIT_SECONDS:.0f}s: no chief, or it is not training"

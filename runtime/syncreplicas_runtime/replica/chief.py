@@ -245,7 +245,7 @@ def hold_updates(ctx: Context) -> int | None:
     protocol.ask_handover(CHIEF_SLOT)  # behind the fence: a superseded chief holds nothing
     deadline = time.monotonic() + HOLD_WAIT_SECONDS
     while time.monotonic() < deadline:
-        _, held, _ = protocol.handover_state()
+        held = protocol.handover_state().held
         if held >= 0:
             return held
         time.sleep(POLL_SECONDS)

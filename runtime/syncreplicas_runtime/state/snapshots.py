@@ -225,7 +225,7 @@ class Snapshotter:
         acknowledged yet: take one (nothing moves, so it holds exactly that step) and say so."""
         assert self.protocol is not None
         try:
-            asked, held, saved = self.protocol.handover_state()
+            asked, held, saved, _ = self.protocol.handover_state()
             if not asked or held < 0 or saved >= held:
                 return
             step = self.take()

@@ -15,7 +15,9 @@ Three small variables on PS 0, outside checkpoints and every sync epoch's contai
 A PS at SIGTERM asks, waits until ``saved >= held >= 0`` (its state is in the chief's
 memory) and exits; its replacement is restored from that snapshot (state/checkpoints.py),
 at the step the updates were held at: no update lost. The chief at SIGTERM asks too, and
-writes its checkpoint at the held step, then withdraws its request (the others go on).
+writes its checkpoint at the held step, then withdraws its request (the others go on). A PS
+that sees the chief ask (the whole job stopping: that checkpoint reads every PS) waits for
+the withdrawal instead, however early its state was in the snapshot (ps/handover.py).
 Opening a sync epoch clears all three (a PS that handed over is gone by then); PS 0 lets the
 updates go on by itself after HOLD_LIMIT_SECONDS whatever was asked.
 
@@ -26,7 +28,7 @@ superseded chief process can neither hold the job nor tell a PS that its state i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
@@ -41,6 +43,9 @@ v1 = tf.compat.v1
 
 # A leaving PS waits this long for the chief's snapshot, then exits without it.
 HANDOVER_WAIT_SECONDS = 5.0
+# ... and, once its state is in that snapshot, this long more for the chief's SIGTERM
+# checkpoint (within Kubernetes' default grace period of 30 s).
+CHECKPOINT_WAIT_SECONDS = 20.0
 # PS 0 holds the updates no longer than this, whoever asked (a requester that died).
 HOLD_LIMIT_SECONDS = 10.0
 # How often the chief looks for a request (its snapshot thread), and a leaver for the answer.
@@ -61,12 +66,21 @@ def request_variable(parameter_servers: int) -> Any:
                                collections=[], use_resource=True)
 
 
+class HandoverState(NamedTuple):
+    """What PS 0 says of the handover (-1: none)."""
+
+    asked: bool       # anyone asks the updates to be held
+    held: int         # the global step they are held at
+    saved: int        # the step of the chief's snapshot taken while held
+    chief_asks: bool  # the chief asks (its SIGTERM checkpoint: the whole job may be stopping)
+
+
 @dataclass
 class HandoverOps:
     """The ops of the handover, in the sync protocol's graph (sync/protocol.py)."""
 
     init: Any        # also run when an epoch opens: nothing asked, nothing held
-    read: list[Any]  # [any request, held, saved]
+    read: list[Any]  # [any request, held, saved, the chief's request]
     slot: Any        # placeholder: the asking slot
     step: Any        # placeholder: a global step
     ask: Any
@@ -96,7 +110,7 @@ def build_handover(parameter_servers: int, fence_check: Any | None) -> HandoverO
             ack = saved.assign(step, read_value=False)
         return HandoverOps(
             init=init, read=[tf.reduce_max(request.read_value()), held.read_value(),
-                             saved.read_value()],
+                             saved.read_value(), request.read_value()[CHIEF_SLOT]],
             slot=slot, step=step, ask=tf.group(ask), withdraw=withdraw,
             hold=tf.group(held.assign(step, read_value=False),
                           saved.assign(-1, read_value=False)),

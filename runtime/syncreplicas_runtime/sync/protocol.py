@@ -33,7 +33,7 @@ from ..phases import Phase
 from ..process.sessions import session_config
 from . import names
 from .fencing import FenceOps, FenceReader, build_fence, fenced, owner_table
-from .handover import HandoverOps, build_handover
+from .handover import HandoverOps, HandoverState, build_handover
 
 v1 = tf.compat.v1
 
@@ -280,11 +280,9 @@ class SyncProtocol:
         self.run(self._close_ops[epoch])
 
     # -- handover at SIGTERM (sync/handover.py) ------------------------------------
-    def handover_state(self) -> tuple[bool, int, int]:
-        """(anyone asks the updates to be held, the step they are held at, the step of the
-        chief's snapshot taken while held); -1: none."""
-        asked, held, saved = self.run(self.handover.read, timeout=2.0)
-        return bool(asked), int(held), int(saved)
+    def handover_state(self) -> HandoverState:
+        asked, held, saved, chief = self.run(self.handover.read, timeout=2.0)
+        return HandoverState(bool(asked), int(held), int(saved), bool(chief))
 
     def ask_handover(self, slot: int) -> None:
         self.run(self.handover.ask, {self.handover.slot: slot}, timeout=2.0)
