@@ -100,12 +100,18 @@ for pair in "operator:$OPERATOR" "runtime:$RUNTIME"; do
   # A variant is made from the image as loaded: that one is not rebuilt first.
   [[ -n $variant ]] && exists "$name" && continue
   t=$SECONDS
-  buildah bud --quiet --layers --isolation chroot \
-    --build-arg "PYTHON_IMAGE=$BASE" "${volumes[@]}" \
-    -f "$repo/$dir/Dockerfile" --ignorefile "$repo/$dir/Dockerfile.dockerignore" \
-    -t "$name" "$repo" >/dev/null
+  # The build stage tagged too: its layers (the dependencies' pip install) are the cache
+  # that prune-images.py keeps.
+  for target in "--target=build:localhost/syncreplicas/$dir-build:cache" ":$name"; do
+    buildah bud --quiet --layers --isolation chroot ${target%%:*} \
+      --build-arg "PYTHON_IMAGE=$BASE" "${volumes[@]}" \
+      -f "$repo/$dir/Dockerfile" --ignorefile "$repo/$dir/Dockerfile.dockerignore" \
+      -t "${target#*:}" "$repo" >/dev/null
+  done
   say "built $name in $((SECONDS - t)) s ($(buildah images --format '{{.Size}}' "$name" | head -1))"
 done
+# Every rebuild leaves the last one's images behind (GBs each): gone, but for the cache.
+python3 "$here/prune-images.py"
 
 loads=("$PAUSE" "$OPERATOR" "$RUNTIME")
 [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && loads+=("$KUEUE")
