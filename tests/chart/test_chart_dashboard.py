@@ -14,6 +14,7 @@ import json
 import math
 import re
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from chartlib import (
     tool,
 )
 from prometheus_client import CollectorRegistry, start_http_server
-from syncreplicas_operator.core import naming
+from syncreplicas_operator.core import actions, naming
 from syncreplicas_operator.resources.metrics import OperatorMetrics
 from syncreplicas_runtime.process.metrics import RuntimeMetrics
 
@@ -58,6 +59,8 @@ REQUIRED_PANELS = [
     "operator health",
     "live replicas",
     "recoveries",
+    "waiting for admission",
+    "queued before admission",
 ]
 # The operator does not reconcile in this test (no API server), so its reconcile-time
 # histogram has no observations and its quantile is NaN: the series must exist, values
@@ -125,6 +128,8 @@ def test_every_query_uses_known_metrics_and_the_job_filter() -> None:
         known.add(family.name)
         known.update(s.name for s in family.samples)
         known.add(family.name + "_total")
+        if family.type == "histogram":  # a labelled one has no sample before it is observed
+            known.update(family.name + suffix for suffix in ("_bucket", "_count", "_sum"))
     for title, expr in targets(load_dashboard()):
         unknown = metric_names(expr) - known
         assert not unknown, f"{title}: {expr} uses metrics nobody exports: {unknown}"
@@ -193,13 +198,30 @@ def prometheus_config(cluster: LocalCluster, operator_port: int) -> dict[str, An
 
 @pytest.fixture
 def operator_metrics_port() -> Iterator[int]:
-    """The operator's metrics, served the way `syncreplicas operator --metrics-port` does."""
+    """The operator's metrics, served the way `syncreplicas operator --metrics-port` does.
+
+    No API server here, so no Kueue: the registry records what the operator records for a
+    job waiting in a queue, and an admission every 2 s (the queue panels see increases)."""
     registry = CollectorRegistry()
-    OperatorMetrics(registry)
+    metrics = OperatorMetrics(registry)
+    queue = {"job_namespace": JOB_NAMESPACE, "local_queue": "team-queue"}
+    metrics.set_phase(JOB_NAMESPACE, "waiting", naming.PHASE_SUSPENDED, queue["local_queue"])
+    stop = threading.Event()
+
+    def admissions() -> None:
+        waited = 30.0
+        while not stop.wait(2.0):
+            metrics.observe(actions.QUEUE_WAIT, waited, queue)
+            waited += 15.0
+
+    admitting = threading.Thread(target=admissions, daemon=True)
+    admitting.start()
     server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
     try:
         yield int(server.server_port)
     finally:
+        stop.set()
+        admitting.join(timeout=5)
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
@@ -228,8 +250,9 @@ def test_every_panel_returns_data_from_a_real_run(
     job = {
         "replicasToAggregate": 2,
         "model": {"entrypoint": "syncreplicas_runtime.models.linear:build"},
-        # Checkpoints: the checkpoint panel has data only once one was written.
-        "training": {"maxSteps": 200, "batchSize": 8, "logEverySteps": 50,
+        # Long enough for a few scrapes of a training chief (rates need two samples);
+        # checkpoints: the checkpoint panel has data only once one was written.
+        "training": {"maxSteps": 600, "batchSize": 8, "logEverySteps": 50,
                      "checkpointDir": str(tmp_path / "ckpt"), "checkpointEverySteps": 50},
     }
     cluster = start_cluster(job, workers=1, ps=1, workdir=tmp_path / "job", start=False)

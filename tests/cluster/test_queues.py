@@ -12,7 +12,8 @@ requests 100m a pod, so one fits and two do not:
    says why (EvictedByKueue) and gives its quota back; H runs and succeeds;
 4. L and W are admitted again in turn and succeed; L resumes from the checkpoint it wrote
    when evicted: its checkpoints' steps only grow and it repeats no step before it;
-5. deleting H deletes its Workload.
+5. deleting H deletes its Workload;
+6. the operator's metrics count the four admissions after a wait, and no job waiting.
 """
 
 from __future__ import annotations
@@ -90,6 +91,19 @@ def pods_of(namespace: str, name: str) -> list[dict[str, Any]]:
     return kube.pods(namespace, f"syncreplicas.io/job-name={name}")
 
 
+def queue_metric(namespace: str, name: str) -> float:
+    """``name`` for queue lq of ``namespace``, summed over the operator replicas (the one
+    that acted says it; a follower has no sample)."""
+    total = 0.0
+    labels = f'job_namespace="{namespace}",local_queue="lq"'
+    for pod in kube.pods(kube.RELEASE_NAMESPACE, kube.OPERATOR_PODS):
+        text = kube.kubectl("get", "--raw", f"/api/v1/namespaces/{kube.RELEASE_NAMESPACE}/pods/"
+                            f"{pod['metadata']['name']}:9090/proxy/metrics").stdout  # fmt: skip
+        total += sum(float(v) for v in re.findall(
+            rf"^{name}{{{labels}}} (\S+)$", text, re.MULTILINE))  # fmt: skip
+    return total
+
+
 def workloads(namespace: str) -> list[dict[str, Any]]:
     return list(kube.kubectl_json("get", "workloads.kueue.x-k8s.io", "-n", namespace)["items"])
 
@@ -154,6 +168,10 @@ def test_quota_waits_priority_preempts_and_the_preempted_job_resumes_from_its_ch
                 for w in workloads(namespace)], 60)  # fmt: skip
         assert checkpoints.steps == sorted(checkpoints.steps), checkpoints.steps
         assert at_eviction in checkpoints.steps
+        # The operator's metrics: four admissions after a wait (L twice, W, H); none waiting.
+        waits = queue_metric(namespace, "syncreplicas_operator_queue_wait_seconds_count")
+        assert waits == 4, waits
+        assert queue_metric(namespace, "syncreplicas_operator_queued_jobs") == 0
         assert restored and restored[0] == at_eviction, (restored, at_eviction, logs[-3000:])
         print("figures:", {"L's step when H came": before, "L's checkpoint at eviction":
                            at_eviction, "checkpoints": checkpoints.steps})  # fmt: skip

@@ -33,6 +33,9 @@ class NoCounters:
     def count(self, name: str, amount: int = 1, labels: Mapping[str, str] | None = None) -> None:
         pass
 
+    def observe(self, name: str, value: float, labels: Mapping[str, str]) -> None:
+        pass
+
 
 def test_a_refused_event_does_not_stop_the_status_patch() -> None:
     api = EventsRefused()

@@ -37,6 +37,25 @@ def test_planner_counters_and_phase_gauge() -> None:
         assert f'syncreplicas_operator_jobs{{phase="{phase}"}}' in text
 
 
+def test_queue_wait_histogram_and_queued_jobs_gauge_by_queue() -> None:
+    registry = CollectorRegistry()
+    m = OperatorMetrics(registry)
+    q = {"job_namespace": "a", "local_queue": "lq"}
+    m.observe(actions.QUEUE_WAIT, 42.0, q)
+    assert value(registry, "syncreplicas_operator_queue_wait_seconds_count", **q) == 1
+    assert value(registry, "syncreplicas_operator_queue_wait_seconds_bucket", le="60.0", **q) == 1
+    assert value(registry, "syncreplicas_operator_queue_wait_seconds_bucket", le="30.0", **q) == 0
+    m.set_phase("a", "j1", naming.PHASE_SUSPENDED, "lq")
+    m.set_phase("a", "j2", naming.PHASE_SUSPENDED, "lq")
+    m.set_phase("b", "j1", naming.PHASE_SUSPENDED, "lq")  # another namespace's queue
+    assert value(registry, "syncreplicas_operator_queued_jobs", **q) == 2
+    m.set_phase("a", "j1", naming.PHASE_RUNNING, None)  # admitted
+    m.set_phase("a", "j2", None)  # deleted
+    assert value(registry, "syncreplicas_operator_queued_jobs", **q) == 0
+    assert value(registry, "syncreplicas_operator_queued_jobs", job_namespace="b",
+                 local_queue="lq") == 1  # fmt: skip
+
+
 def test_fresh_registries_do_not_share_state() -> None:
     first, second = CollectorRegistry(), CollectorRegistry()
     OperatorMetrics(first).count(actions.PODS_CREATED, 3)

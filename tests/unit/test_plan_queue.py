@@ -5,15 +5,24 @@ given back on eviction, queued again when it no longer fits, marked Finished at 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from syncreplicas_operator.core import kueue, naming
-from syncreplicas_operator.core.actions import CreateChild, DeletePod, DeleteWorkload, PatchWorkload
+from syncreplicas_operator.core.actions import (
+    QUEUE_WAIT,
+    CreateChild,
+    DeletePod,
+    DeleteWorkload,
+    ObserveMetric,
+    PatchWorkload,
+)
 from syncreplicas_operator.core.kueue import Flavor, ObservedWorkload, State
 from syncreplicas_operator.core.plan import pipeline
 from syncreplicas_operator.core.plan.queue import admit
 from syncreplicas_operator.core.status import ObservedPod
+from syncreplicas_operator.core.timefmt import format_time
 
 from tests.support.jobs import planner_job
 from tests.support.plans import T0, condition, context, kinds, pods_of, reasons
@@ -199,6 +208,29 @@ def test_admitted_the_pods_are_created_on_the_flavors_nodes() -> None:
     (suspended,) = [c for c in plan.status["conditions"] if c["type"] == "Suspended"]
     assert (suspended["status"], suspended["reason"]) == ("False", kueue.REASON_ADMITTED)
     assert kueue.REASON_ADMITTED in [getattr(a, "reason", "") for a in plan.actions]
+
+
+def test_admitted_after_waiting_the_wait_is_observed_once_by_queue() -> None:
+    since = format_time(T0 - timedelta(seconds=90))
+    held = {**cond("Suspended", True, kueue.REASON_EVICTED), "lastTransitionTime": since}
+    plan = pipeline.plan_job(JOB, ctx_for(wl=ADMITTED).observed, {"conditions": [held]}, T0,
+                             default_image="img")  # fmt: skip
+    (observed,) = [a for a in plan.actions if isinstance(a, ObserveMetric)]
+    assert observed == ObserveMetric(QUEUE_WAIT, 90.0, (("job_namespace", JOB.namespace),
+                                                        ("local_queue", "lq")))  # fmt: skip
+    # The next pass (admitted, running): nothing more.
+    again = pipeline.plan_job(JOB, ctx_for(wl=ADMITTED).observed, plan.status, T0,
+                              default_image="img")  # fmt: skip
+    assert not [a for a in again.actions if isinstance(a, ObserveMetric)]
+
+
+@pytest.mark.parametrize(("reason", "status", "waiting"), [
+    (kueue.REASON_QUEUED, True, "lq"), (kueue.REASON_EVICTED, True, "lq"),
+    (naming.REASON_SUSPENDED, True, None), (kueue.REASON_ADMITTED, False, None)])
+def test_a_job_waits_in_its_queue_while_kueue_holds_it(reason: str, status: bool,
+                                                        waiting: str | None) -> None:  # fmt: skip
+    assert kueue.waiting_in(JOB, [cond("Suspended", status, reason)]) == waiting
+    assert kueue.waiting_in(planner_job(), [cond("Suspended", True, reason)]) is None
 
 
 def test_evicted_the_pods_go_first_then_the_quota_is_given_back() -> None:

@@ -49,6 +49,9 @@ class RecordingCounters:
     def count(self, name: str, amount: int = 1, labels: Any = None) -> None:
         pass
 
+    def observe(self, name: str, value: float, labels: Any) -> None:
+        pass
+
 JOB = planner_job(runPolicy={"spares": 2})
 
 

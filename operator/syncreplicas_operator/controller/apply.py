@@ -24,6 +24,7 @@ from ..core.actions import (
     DeleteService,
     DeleteWorkload,
     EmitEvent,
+    ObserveMetric,
     PatchStatus,
     PatchWorkload,
 )
@@ -75,11 +76,13 @@ class Api(Protocol):
 
 
 class Counters(Protocol):
-    """Where CountMetric actions go (``resources.metrics.OperatorMetrics``)."""
+    """Where CountMetric and ObserveMetric actions go (``resources.metrics.OperatorMetrics``)."""
 
     def count(
         self, name: str, amount: int = 1, labels: Mapping[str, str] | None = None
     ) -> None: ...
+
+    def observe(self, name: str, value: float, labels: Mapping[str, str]) -> None: ...
 
 
 def apply_plan(
@@ -129,6 +132,10 @@ def apply_plan(
             for count in batch:
                 assert isinstance(count, CountMetric)
                 counters.count(count.name, count.amount, dict(count.labels))
+        elif isinstance(first, ObserveMetric):
+            for observed in batch:
+                assert isinstance(observed, ObserveMetric)
+                counters.observe(observed.name, observed.value, dict(observed.labels))
         elif isinstance(first, PatchStatus):
             if not client.patch_status(namespace, name, _uncount(first.patch, refused)):
                 return True
@@ -216,4 +223,6 @@ def _same_batch(first: Action, other: Action) -> bool:
             first.name.rsplit("-", 2)[-2] == other.name.rsplit("-", 2)[-2]
             and first.grace_period_seconds == other.grace_period_seconds
         )
-    return type(first) is type(other) and isinstance(first, DeleteService | EmitEvent | CountMetric)
+    return type(first) is type(other) and isinstance(
+        first, DeleteService | EmitEvent | CountMetric | ObserveMetric
+    )

@@ -29,7 +29,7 @@ from typing import Any, Final, Protocol
 
 from ..core import manifests, naming
 from ..core.actions import WARNING, CreateChild, DeletePodGroup
-from ..core.kueue import ObservedWorkload
+from ..core.kueue import ObservedWorkload, waiting_in
 from ..core.plan.pipeline import plan_job
 from ..core.recovery import SeenPod
 from ..core.spares import ObservedSpare, observe_spare
@@ -303,7 +303,8 @@ async def reconcile(
     metrics().reconcile_seconds.observe(time.monotonic() - started)
     if gone:
         return None
-    metrics().set_phase(namespace, name, plan.status.get("phase"))
+    waiting = waiting_in(job, plan.status.get("conditions") or [])
+    metrics().set_phase(namespace, name, plan.status.get("phase"), waiting)
     delays = [IDLE_SECONDS]
     if job.spec.metrics.port > 0:
         # Come back for a read only when there is something to read: a running chief for

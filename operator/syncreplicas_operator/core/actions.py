@@ -15,6 +15,8 @@ CHIEF_CLEANUPS: Final = "chief_cleanups"
 JOB_RESTARTS: Final = "job_restarts"
 RECOVERIES: Final = "recoveries"  # labelled by cause (recovery.CAUSES)
 STRAGGLER_EVICTIONS: Final = "straggler_evictions"
+# Histogram names the planner reports through ObserveMetric.
+QUEUE_WAIT: Final = "queue_wait"  # labelled by job_namespace, local_queue
 
 # Event types (core/v1 Event.type).
 NORMAL: Final = "Normal"
@@ -81,6 +83,15 @@ class CountMetric:
 
 
 @dataclass(frozen=True)
+class ObserveMetric:
+    """Observe ``value`` in an operator histogram (QUEUE_WAIT), with its labels."""
+
+    name: str
+    value: float
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class AssignSpare:
     """Hand a spare pod a replica (docs/contract.md, "Spare pods"): post ``env`` to the
     spare at ``address``:``port`` with its ``token``, then merge-patch the pod's metadata
@@ -129,6 +140,7 @@ Action = (
     | PatchStatus
     | EmitEvent
     | CountMetric
+    | ObserveMetric
     | DeleteJob
     | AssignSpare
     | PatchWorkload

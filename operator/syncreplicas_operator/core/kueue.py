@@ -101,6 +101,15 @@ def queue_name(job: Job) -> str | None:
     return job.labels.get(QUEUE_NAME_LABEL) or None
 
 
+def waiting_in(job: Job, conditions: Sequence[Mapping[str, Any]]) -> str | None:
+    """The queue the job waits in for admission (held by Kueue: Suspended True, reason
+    Queued or EvictedByKueue), else None."""
+    held = find_condition(conditions, naming.CONDITION_SUSPENDED)
+    if held is None or held.get("status") != "True":
+        return None
+    return queue_name(job) if held.get("reason") in (REASON_QUEUED, REASON_EVICTED) else None
+
+
 def priority_class(job: Job) -> str | None:
     return job.labels.get(PRIORITY_CLASS_LABEL) or None
 

@@ -61,6 +61,21 @@ class OperatorMetrics:
             "off, and its controllers run), else 0.",
             registry=registry,
         )
+        self.queue_wait_seconds = Histogram(
+            "syncreplicas_operator_queue_wait_seconds",
+            "Time a job in a Kueue queue waited for admission (from its creation or eviction "
+            "to its admission), by the job's namespace and LocalQueue.",
+            ["job_namespace", "local_queue"],
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600),
+            registry=registry,
+        )
+        self.queued_jobs = Gauge(
+            "syncreplicas_operator_queued_jobs",
+            "Jobs waiting for Kueue's admission (created or evicted, not admitted yet), by "
+            "the job's namespace and LocalQueue.",
+            ["job_namespace", "local_queue"],
+            registry=registry,
+        )
         for cause in recovery.CAUSES:
             self.recoveries.labels(cause=cause)  # every cause exported, even at zero
         self._counters: dict[str, Counter] = {
@@ -70,7 +85,9 @@ class OperatorMetrics:
             actions.RECOVERIES: self.recoveries,
             actions.STRAGGLER_EVICTIONS: self.straggler_evictions,
         }
+        self._histograms: dict[str, Histogram] = {actions.QUEUE_WAIT: self.queue_wait_seconds}
         self._phases: dict[tuple[str, str], str] = {}
+        self._queued: dict[tuple[str, str], str] = {}  # job -> the LocalQueue it waits in
         for phase in naming.PHASES:
             self.jobs.labels(phase=phase).set(0)
 
@@ -79,14 +96,30 @@ class OperatorMetrics:
         counter = self._counters[name]
         (counter.labels(**labels) if labels else counter).inc(amount)
 
-    def set_phase(self, namespace: str, name: str, phase: str | None) -> None:
-        """Record a job's phase (None: the job is gone) and refresh the gauge."""
+    def observe(self, name: str, value: float, labels: Mapping[str, str]) -> None:
+        """Apply a planner's ObserveMetric."""
+        self._histograms[name].labels(**labels).observe(value)
+
+    def set_phase(
+        self, namespace: str, name: str, phase: str | None, queued_in: str | None = None
+    ) -> None:
+        """Record a job's phase (None: the job is gone) and the LocalQueue it waits in (None:
+        not waiting for admission), and refresh the gauges."""
         key = (namespace, name)
         if phase is None:
             self._phases.pop(key, None)
         else:
             self._phases[key] = phase
         self._refresh(self._phases)
+        before = self._queued.get(key)
+        if queued_in is None or phase is None:
+            self._queued.pop(key, None)
+        else:
+            self._queued[key] = queued_in
+        for queue in {before, self._queued.get(key)} - {None}:
+            assert queue is not None
+            waiting = sum(ns == namespace and q == queue for (ns, _), q in self._queued.items())
+            self.queued_jobs.labels(job_namespace=namespace, local_queue=queue).set(waiting)
 
     def _refresh(self, phases: Mapping[tuple[str, str], str]) -> None:
         counts = dict.fromkeys(naming.PHASES, 0)

@@ -12,8 +12,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import kueue, naming
-from ..actions import NORMAL, WARNING, CreateChild, DeleteWorkload, PatchWorkload
-from ..status import POD_PENDING, POD_RUNNING, POD_UNKNOWN, condition_is_true
+from ..actions import (
+    NORMAL,
+    QUEUE_WAIT,
+    WARNING,
+    CreateChild,
+    DeleteWorkload,
+    ObserveMetric,
+    PatchWorkload,
+)
+from ..status import POD_PENDING, POD_RUNNING, POD_UNKNOWN, condition_is_true, find_condition
+from ..timefmt import parse_time
 from .context import PlanContext
 from .lifecycle import hold
 
@@ -80,6 +89,7 @@ def admit(ctx: PlanContext) -> bool:
     if state != kueue.State.ADMITTED:
         _held(ctx, said)
         return True
+    _observe_wait(ctx, queue)
     if ctx.condition(naming.CONDITION_SUSPENDED, False, kueue.REASON_ADMITTED,
                      f"admitted by Kueue in queue {queue} (Workload {workload.name})"):
         ctx.event(NORMAL, kueue.REASON_ADMITTED,
@@ -88,6 +98,20 @@ def admit(ctx: PlanContext) -> bool:
     admitted = kueue.admitted_job(ctx.job, workload, ctx.observed.flavors)
     ctx.inputs = replace(ctx.inputs, job=admitted)
     return False
+
+
+def _observe_wait(ctx: PlanContext, queue: str) -> None:
+    """Admitted after waiting: how long, from when the queue began to hold the job (created,
+    or evicted) to now, into the queue-wait histogram."""
+    if kueue.waiting_in(ctx.job, ctx.conditions) is None:
+        return
+    held = find_condition(ctx.conditions, naming.CONDITION_SUSPENDED)
+    since = parse_time((held or {}).get("lastTransitionTime"))
+    if since is None:
+        return
+    labels = (("job_namespace", ctx.job.namespace), ("local_queue", queue))
+    waited = max(0.0, (ctx.now - since).total_seconds())
+    ctx.actions.append(ObserveMetric(QUEUE_WAIT, waited, labels))
 
 
 def _held(ctx: PlanContext, message: str, *, reason: str = kueue.REASON_QUEUED,
