@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the cluster's binaries from their Go modules at the versions of versions.env:
-#   kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
-#     from k8s.io/kubernetes (hack/cluster/kubernetes/go.mod),
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, and
+#     kubemark (hollow nodes: the kubelet with a fake container runtime) from
+#     k8s.io/kubernetes (hack/cluster/kubernetes/go.mod),
 #   etcd from go.etcd.io/etcd/server/v3 (hack/cluster/etcd/go.mod),
 #   coredns from github.com/coredns/coredns (its own go.mod, by version),
 #   pause (the pod sandbox's process) from the C source in the kubernetes module,
@@ -43,7 +44,7 @@ go_build() {
 
 # Kubernetes -----------------------------------------------------------------------------
 k8s="$CACHE/kubernetes-$KUBERNETES_VERSION/bin"
-components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubemark)
 if ! cached "$k8s" "${components[@]}"; then
   v="${KUBERNETES_VERSION#v}"; major="${v%%.*}"; rest="${v#*.}"; minor="${rest%%.*}"
   # What `kubectl version` and helm's kubeVersion read; without it: v0.0.0.
@@ -53,7 +54,7 @@ if ! cached "$k8s" "${components[@]}"; then
     ldflags+=" -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
     ldflags+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
-  # The five commands are the module's `tool`s.
+  # The six commands are the module's `tool`s: a cache without one of them is built again.
   go_build "kubernetes $KUBERNETES_VERSION (${components[*]}; ~5 min cold on 2 cores)" \
     "$k8s" kubernetes "$ldflags" tool
 fi
