@@ -7,14 +7,18 @@ kube-controller-manager, kube-scheduler, CoreDNS. N nodes beside it, each a netw
 namespace with its own containerd + runc and CNI bridge, kubelet and kube-proxy, and a pod
 range routed to it from everywhere (clusterlib/config.py has the picture).
 
-    cluster.py up [--nodes N]   start it, or converge a running one to N nodes
-                                (default: NODES, else as many as run, else 3)
+    cluster.py up [--nodes N] [--hollow H]
+                                start it, or converge a running one to N nodes
+                                (default: NODES, else as many as run, else 3) and, when
+                                given, H hollow nodes
+    cluster.py hollow H         converge a running cluster to H hollow nodes (kubemark's
+                                kubelet, fake runtime; 0 removes them; clusterlib/hollow.py)
     cluster.py down             stop it and remove every process, mount, rule, interface,
                                 namespace and cgroup
     cluster.py status           say what runs
     cluster.py is-up            exit 0 when it runs and every node is Ready
     cluster.py leftovers        list what a stopped cluster left behind (exit 1 if anything)
-    cluster.py nodes            the nodes, one line each
+    cluster.py nodes            the nodes (hollow ones too), one line each
     cluster.py sockets          each node's containerd socket (images.sh loads into each)
     cluster.py node NAME FAULT  crash | partition | heal | start | drain | uncordon |
                                 preempt [--grace S] (clusterlib/faults.py)
@@ -38,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from clusterlib import controlplane, faults, network
+from clusterlib import controlplane, faults, hollow, network
 from clusterlib import node as nodes
 from clusterlib.config import (  # noqa: F401  (the tests read these through this module)
     APISERVER,
@@ -102,12 +106,18 @@ def is_up() -> bool:
         return False
 
 
-def up(count: int) -> None:
+def up(count: int, hollow_count: int | None = None) -> None:
+    """Start the cluster (or converge it) to ``count`` nodes and, when given,
+    ``hollow_count`` hollow nodes (else the hollow nodes stay as they are)."""
     started = time.monotonic()
     check_host()
+    if hollow_count:
+        hollow.check_built()
     wanted = [Node(i) for i in range(1, count + 1)]
     if is_up() and current_nodes() == wanted:
         log(f"already up ({APISERVER}, {count} nodes); kubeconfig: {KUBECONFIG_LINK}")
+        if hollow_count is not None:
+            hollow.converge(hollow_count)
         return
     RUN.mkdir(parents=True, exist_ok=True)
     for sub in ("logs", "pids", "etcd"):
@@ -133,6 +143,16 @@ def up(count: int) -> None:
     log(f"up in {time.monotonic() - started:.0f} s: {APISERVER}, {count} nodes Ready "
         f"({', '.join(n.name for n in wanted)})")  # fmt: skip
     log(f"kubeconfig: {KUBECONFIG_LINK}")
+    if hollow_count is not None:
+        hollow.converge(hollow_count)
+
+
+def converge_hollow(count: int) -> None:
+    if not is_up():
+        raise ClusterError("the cluster is not up (cluster.py up)")
+    if count:
+        hollow.check_built()
+    hollow.converge(count)
 
 
 def status() -> dict[str, object]:
@@ -143,6 +163,7 @@ def status() -> dict[str, object]:
         "runDir": str(RUN),
         "controlPlane": {c: running_pid(c) for c in CONTROL_PLANE_PROCESSES},
         "nodes": {n.name: faults.describe(n) for n in current_nodes()},
+        "hollowNodes": {h.name: hollow.describe(h) for h in hollow.current()},
     }
 
 
@@ -151,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     up_parser = sub.add_parser("up")
     up_parser.add_argument("--nodes", type=int, default=None)
+    up_parser.add_argument("--hollow", type=int, default=None,
+                           help="hollow nodes (kubemark); default: leave them as they are")
+    sub.add_parser("hollow").add_argument("count", type=int)
     for name in ("down", "status", "is-up", "leftovers", "nodes", "sockets"):
         sub.add_parser(name)
     fault = sub.add_parser("node")
@@ -161,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            up(wanted_count(args.nodes))
+            up(wanted_count(args.nodes), args.hollow)
+        elif args.command == "hollow":
+            converge_hollow(args.count)
         elif args.command == "down":
             down()
         elif args.command == "is-up":
@@ -171,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "nodes":
             for node in current_nodes():
                 print(node.name, json.dumps(faults.describe(node)))
+            for member in hollow.current():
+                print(member.name, json.dumps(hollow.describe(member)))
         elif args.command == "sockets":
             for node in current_nodes():
                 print(node.name, node.containerd_sock)

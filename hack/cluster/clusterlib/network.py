@@ -65,21 +65,33 @@ def netns_exists(node: Node) -> bool:
     return node.netns_path.exists()
 
 
+def plug(netns: str, veth: str, ip: str) -> None:
+    """A network namespace with one link to the bridge (the host's end ``veth``, ``eth0``
+    inside with address ``ip``) and its default route via the host (idempotent)."""
+    if not (Path("/run/netns") / netns).exists():
+        run("ip", "netns", "add", netns)
+    if run("ip", "link", "show", veth, check=False).strip() == "":
+        run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
+        run("ip", "link", "set", veth, "master", BRIDGE)
+        run(*in_netns(netns, "ip", "addr", "add", f"{ip}/24", "dev", "eth0"))
+        run(*in_netns(netns, "ip", "link", "set", "lo", "up"))
+        run(*in_netns(netns, "ip", "link", "set", "eth0", "up"))
+        run(*in_netns(netns, "ip", "route", "add", "default", "via", CONTROL_PLANE_IP))
+    run("ip", "link", "set", veth, "up")
+
+
+def unplug(netns: str, veth: str) -> None:
+    """The namespace and its link (what ``plug`` made)."""
+    run("ip", "link", "delete", veth, check=False)
+    if (Path("/run/netns") / netns).exists():
+        run("ip", "netns", "delete", netns, check=False)
+
+
 def add_node(node: Node, others: list[Node]) -> None:
     """The node's namespace, its link to the bridge, its address and routes (idempotent)."""
-    if not netns_exists(node):
-        run("ip", "netns", "add", node.netns)
-    ns = node.netns
-    if run("ip", "link", "show", node.veth, check=False).strip() == "":
-        run("ip", "link", "add", node.veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-        run("ip", "link", "set", node.veth, "master", BRIDGE)
-        run(*in_netns(ns, "ip", "addr", "add", f"{node.ip}/24", "dev", "eth0"))
-        run(*in_netns(ns, "ip", "link", "set", "lo", "up"))
-        run(*in_netns(ns, "ip", "link", "set", "eth0", "up"))
-        run(*in_netns(ns, "ip", "route", "add", "default", "via", CONTROL_PLANE_IP))
-    run("ip", "link", "set", node.veth, "up")
+    plug(node.netns, node.veth, node.ip)
     for key in ("net.ipv4.ip_forward", "net.bridge.bridge-nf-call-iptables"):
-        set_sysctl(key, "1", netns=ns)
+        set_sysctl(key, "1", netns=node.netns)
     route_pods(node, others)
 
 
@@ -111,9 +123,7 @@ def remove_node(node: Node, others: list[Node]) -> None:
     for other in others:
         if other.index != node.index and netns_exists(other):
             run(*in_netns(other.netns, "ip", "route", "del", node.pod_cidr), check=False)
-    run("ip", "link", "delete", node.veth, check=False)
-    if netns_exists(node):
-        run("ip", "netns", "delete", node.netns, check=False)
+    unplug(node.netns, node.veth)
 
 
 def remove_host() -> None:

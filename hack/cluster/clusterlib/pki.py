@@ -4,6 +4,7 @@ the Node authorizer expect (``system:node:<node>`` in ``system:nodes``, ...)."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -106,25 +107,29 @@ def make_node_pki(node: Node) -> None:
     issue(node.name, f"/O=system:nodes/CN=system:node:{node.name}")
 
 
-def write_kubeconfig(path: Path, user: str, server: str = APISERVER) -> None:
+def _inline(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def write_kubeconfig(path: Path, user: str, server: str = APISERVER,
+                     embed: bool = False) -> None:  # fmt: skip
+    """A kubeconfig for ``user``'s certificate; with ``embed`` the certificates and the key
+    are in it (for a process that sees no other file of the run directory)."""
+    cluster: dict[str, str] = {"server": server}
+    credentials: dict[str, str] = {}
+    if embed:
+        cluster["certificate-authority-data"] = _inline(PKI / "ca.crt")
+        credentials["client-certificate-data"] = _inline(PKI / f"{user}.crt")
+        credentials["client-key-data"] = _inline(PKI / f"{user}.key")
+    else:
+        cluster["certificate-authority"] = str(PKI / "ca.crt")
+        credentials["client-certificate"] = str(PKI / f"{user}.crt")
+        credentials["client-key"] = str(PKI / f"{user}.key")
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {
-                "name": "syncreplicas",
-                "cluster": {"server": server, "certificate-authority": str(PKI / "ca.crt")},
-            }
-        ],
-        "users": [
-            {
-                "name": user,
-                "user": {
-                    "client-certificate": str(PKI / f"{user}.crt"),
-                    "client-key": str(PKI / f"{user}.key"),
-                },
-            }
-        ],
+        "clusters": [{"name": "syncreplicas", "cluster": cluster}],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [
             {"name": "syncreplicas", "context": {"cluster": "syncreplicas", "user": user}}
         ],

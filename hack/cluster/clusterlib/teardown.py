@@ -9,7 +9,7 @@ import signal
 import time
 from pathlib import Path
 
-from . import network
+from . import hollow, network
 from . import node as nodes
 from .config import (
     BIN,
@@ -42,6 +42,7 @@ def remove_pods(healthy: list[Node]) -> None:
 
 def our_mounts() -> list[str]:
     prefixes = (str(RUN) + "/", "/run/netns/cni-", "/var/run/netns/cni-", "/run/netns/srj-node-",
+                "/run/netns/srj-hollow-",
                 "/run/containerd/io.containerd", str(CACHE / "containerd") + "/")  # fmt: skip
     mounts = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
@@ -105,7 +106,7 @@ def our_interfaces() -> list[str]:
     names = []
     for line in run("ip", "-o", "link", "show").splitlines():
         name = line.split(":")[1].strip().split("@")[0]
-        if name == BRIDGE or name.startswith("srjn") or (
+        if name == BRIDGE or name.startswith(("srjn", "srjh")) or (
             name.startswith("veth") and f"master {BRIDGE}" in line
         ):
             names.append(name)
@@ -113,7 +114,7 @@ def our_interfaces() -> list[str]:
 
 
 def our_netns() -> list[str]:
-    return sorted(p.name for p in Path("/run/netns").glob("srj-node-*"))
+    return sorted(p.name for p in Path("/run/netns").glob("srj-node-*")) + hollow.netns_names()
 
 
 def our_routes() -> list[str]:
@@ -171,6 +172,7 @@ def down() -> None:
                                   if Path(f"/run/netns/srj-node-{i}").exists()]  # fmt: skip
     healthy = [n for n in members if nodes.daemons_running(n) and network.link_up(n)]
     remove_pods(healthy)
+    hollow.remove_all()
     for node in members:
         remove_node(node, members)
     for name in ("coredns", "kube-proxy", "kube-controller-manager", "kube-scheduler",
@@ -211,6 +213,7 @@ def leftovers() -> list[str]:
     found += [f"network namespace {n}" for n in our_netns()]
     found += [f"cgroup {c}" for c in our_cgroups()]
     found += [f"route {r}" for r in our_routes()]
+    found += [f"hollow node debris {p}" for p in hollow.strays()]
     if RUN.exists():
         found.append(f"directory {RUN}")
     return found
