@@ -162,8 +162,11 @@ def start_node_watch() -> None:
     _NODES.start()
 
 
-def wake(namespace: str | None, job: str | None) -> None:
-    """Make the job's loop plan again soon (after the debounce)."""
+def wake(namespace: str | None, job: str | None, resource: str = "") -> None:
+    """Make the job's loop plan again soon (after the debounce); ``resource``: the watch
+    event's, counted."""
+    if resource:
+        metrics().watch_events.labels(resource=resource).inc()
     state = STATES.get((namespace or "", job or ""))
     if state is not None:
         state.wake.set()

@@ -106,7 +106,7 @@ def stopping(**_: Any) -> None:
 @kopf.index("v1", "pods", labels=CHILD_LABELS)
 def pods_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, ObservedPod] | None:
     job = job_name_of(body)
-    daemon.wake(namespace, job)
+    daemon.wake(namespace, job, "pods")
     pod = observe_pod(body)
     return {(namespace, job): pod} if pod is not None else None
 
@@ -122,7 +122,7 @@ def spares_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, Observ
 @kopf.index("v1", "services", labels=CHILD_LABELS)
 def services_by_job(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, str]:
     job = job_name_of(body)
-    daemon.wake(namespace, job)
+    daemon.wake(namespace, job, "services")
     return {(namespace, job): name}
 
 
@@ -135,7 +135,7 @@ def policies_by_job(namespace: str, name: str, body: kopf.Body, **_: Any) -> dic
 # for a deletion): its pods' gRPC port must not stay open.
 @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=CHILD_LABELS)
 def policy_changed(namespace: str, body: kopf.Body, **_: Any) -> None:
-    daemon.wake(namespace, job_name_of(body))
+    daemon.wake(namespace, job_name_of(body), "networkpolicies")
 
 
 def watch_workloads() -> None:
@@ -144,7 +144,7 @@ def watch_workloads() -> None:
 
     def workloads_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, ObservedWorkload]:
         job = job_name_of(body)
-        daemon.wake(namespace, job)
+        daemon.wake(namespace, job, kueue.WORKLOAD_PLURAL)
         return {(namespace, job): observe_workload(body)}
 
     kopf.index(kueue.GROUP, kueue.VERSION, kueue.WORKLOAD_PLURAL, labels=CHILD_LABELS,
@@ -153,7 +153,7 @@ def watch_workloads() -> None:
 
 @kopf.on.event(*JOBS)
 def job_changed(namespace: str, name: str, **_: Any) -> None:
-    daemon.wake(namespace, name)
+    daemon.wake(namespace, name, naming.PLURAL)
 
 
 @kopf.daemon(*JOBS, cancellation_timeout=10.0, backoff=5.0)

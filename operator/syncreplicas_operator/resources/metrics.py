@@ -76,6 +76,13 @@ class OperatorMetrics:
             ["job_namespace", "local_queue"],
             registry=registry,
         )
+        self.watch_events = Counter(
+            "syncreplicas_operator_watch_events_total",
+            "Watch events the operator received, by resource (its jobs and their children: "
+            "syncreplicasjobs, pods, services, networkpolicies, workloads).",
+            ["resource"],
+            registry=registry,
+        )
         for cause in recovery.CAUSES:
             self.recoveries.labels(cause=cause)  # every cause exported, even at zero
         self._counters: dict[str, Counter] = {
