@@ -28,7 +28,9 @@ help:
 	@echo "make cluster      - a Kubernetes cluster built from upstream sources (NODES=3 nodes"
 	@echo "                    by default), both images loaded, the chart installed"
 	@echo "                    (.cluster/kubeconfig); NODES=N converges a running one to N;"
-	@echo "                    KUEUE=1 also installs Kueue (its ClusterQueue syncreplicas)"
+	@echo "                    KUEUE=1 also installs Kueue (its ClusterQueue syncreplicas);"
+	@echo "                    HOLLOW_NODES=N runs N kubemark hollow nodes beside them (0"
+	@echo "                    removes them; unset: left as they are, none on a new cluster)"
 	@echo "make cluster-down - stop it and remove everything it made"
 
 venv: $(VENV)/.installed
@@ -104,13 +106,15 @@ chart: tools
 	promtool test rules tests/chart/alerts_test.yaml
 
 # A multi-node cluster from upstream sources (hack/cluster/README.md). Idempotent; NODES=N
-# converges a running cluster to N nodes (default: as many as run, else 3); KUEUE=1 also
+# converges a running cluster to N nodes (default: as many as run, else 3); HOLLOW_NODES=N
+# to N kubemark hollow nodes (unset: left as they are, none on a new cluster); KUEUE=1 also
 # builds and installs Kueue (install-kueue.sh).
 KUEUE_ENV := $(if $(filter 1,$(KUEUE)),SYNCREPLICAS_KUEUE=1)
 cluster: tools
 	$(CLUSTER)/install-host.sh
 	$(KUEUE_ENV) $(CLUSTER)/build-binaries.sh
-	python3 $(CLUSTER)/cluster.py up $(if $(NODES),--nodes $(NODES))
+	python3 $(CLUSTER)/cluster.py up $(if $(NODES),--nodes $(NODES)) \
+		$(if $(HOLLOW_NODES),--hollow $(HOLLOW_NODES))
 	$(KUEUE_ENV) $(CLUSTER)/images.sh
 	$(CLUSTER)/install-chart.sh $(if $(filter 1,$(KUEUE)),--set kueue.enabled=true)
 	$(if $(filter 1,$(KUEUE)),$(CLUSTER)/install-kueue.sh)

@@ -8,6 +8,7 @@
     node.py          one node: containerd, the kubelet, kube-proxy
     teardown.py      stopping everything, and listing what is left
     faults.py        node faults: crash, partition, heal, start, drain, preempt
+    hollow.py        hollow nodes: kubemark's kubelet with a fake runtime, beside the nodes
 
 Standard library only: it runs with any Python 3.11.
 """
