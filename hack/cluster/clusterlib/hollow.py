@@ -126,6 +126,12 @@ def start_hollow(node: HollowNode) -> None:
     network.plug(node.netns, node.veth, node.ip)
     tmp = node.dir / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
+    if running_pid(node.process) is None:  # what a run that exited left: kubemark starts afresh
+        for stale in [p for pattern in STRAY_GLOBS for p in tmp.glob(pattern)]:
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
     (tmp / "hosts").write_text(f"127.0.0.1 localhost\n{node.ip} {node.name}\n")
     issue(node.name, f"/O=system:nodes/CN=system:node:{node.name}")
     write_kubeconfig(tmp / "kubeconfig", node.name, embed=True)
