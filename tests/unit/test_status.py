@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from syncreplicas_operator.core import naming
+from syncreplicas_operator.core.plan.result import counts_only
 from syncreplicas_operator.core.status import (
     ObservedPod,
     TerminationMessage,
@@ -289,3 +290,20 @@ def test_parse_termination_message(message: str | None, expected: TerminationMes
 )
 def test_exit_summary(code: int, reason: str, said: str) -> None:
     assert exit_summary(code, reason) == said
+
+
+def test_a_patch_that_only_recounts_replicas_may_wait_for_the_next_write() -> None:
+    running = {"type": "Running", "status": "True", "reason": "Running",
+               "message": "chief and 1 PS running, 3 of 201 replicas running"}  # fmt: skip
+    old = {"phase": "Running", "conditions": [running],
+           "replicaStatuses": {"worker": {"active": 200, "ready": 2}}}  # fmt: skip
+    more = {**running, "message": "chief and 1 PS running, 90 of 201 replicas running"}
+    counts = {"replicaStatuses": {"worker": {"ready": 89}}, "conditions": [more]}
+    assert counts_only(counts, old)
+    assert counts_only({"ready": "90/202"}, old)
+    stalled = {"type": "Stalled", "status": "True", "reason": "NoProgress", "message": ""}
+    assert not counts_only({**counts, "conditions": [more, stalled]}, old)  # a new condition
+    assert not counts_only({**counts, "conditions": [{**more, "status": "False"}]}, old)
+    assert not counts_only({**counts, "phase": "Restarting"}, old)
+    assert not counts_only({**counts, "recreations": {"worker": 1}}, old)
+    assert not counts_only({}, old)

@@ -28,9 +28,10 @@ from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from ..core import manifests, naming
-from ..core.actions import WARNING, CreateChild, DeletePodGroup
+from ..core.actions import WARNING, CreateChild, DeletePodGroup, PatchStatus
 from ..core.kueue import ObservedWorkload, waiting_in
 from ..core.plan.pipeline import plan_job
+from ..core.plan.result import counts_only
 from ..core.recovery import SeenPod
 from ..core.spares import ObservedSpare, observe_spare
 from ..core.spec import Job, Problem, SpecError, immutable_changes, parse_job
@@ -54,6 +55,7 @@ DEBOUNCE_SECONDS: Final = 0.05
 IDLE_SECONDS: Final = 60.0
 # After a write the API refused (quota, admission, invalid template): plan again this late.
 WRITE_RETRY_SECONDS: Final = 10.0
+STATUS_BATCH_SECONDS: Final = 5.0
 # While the watch has not confirmed what was just created or deleted: check again this soon.
 EXPECTATION_RECHECK_SECONDS: Final = 1.0
 # The straggler window: drop fractions over this many replica scrapes (the oldest to now).
@@ -107,6 +109,7 @@ class JobState:
     # watch event of its own write can arrive after the next pass has started: planning
     # from a stale status would flip conditions (and write, and emit Events) twice.
     status: dict[str, Any] | None = None
+    status_written: float = 0.0  # monotonic time of the last status write
     last_error: str = ""  # the last failed write reported as an Event (reported once)
     # Whether this loop created (True) or deleted (False) the job's PodGroup; None until it
     # did either (nothing watches PodGroups: their API may not even exist).
@@ -288,6 +291,16 @@ async def reconcile(
             len(observed.services),
             ", ".join(f"{n} {k}" for k, n in sorted(summary.items())),
         )
+    # A write that only recounts replicas waits STATUS_BATCH_SECONDS after the last one (at
+    # 1000 pods turning Running, one write per batch instead of one per pod event).
+    batch = state.status_written + STATUS_BATCH_SECONDS - time.monotonic()
+    last = plan.actions[-1] if plan.actions else None
+    deferred = batch > 0 and isinstance(last, PatchStatus) and counts_only(
+        last.patch, current_status)
+    if deferred:
+        plan = replace(plan, actions=plan.actions[:-1], status=current_status)
+    elif isinstance(last, PatchStatus):
+        state.status_written = time.monotonic()
     try:
         gone = await asyncio.to_thread(apply_plan, api(), metrics(), raw, plan, state.expectations)
     except k8s.ApiError as exc:
@@ -322,6 +335,8 @@ async def reconcile(
         delays.append(plan.requeue_after + 0.05)
     if state.expectations.pending:
         delays.append(EXPECTATION_RECHECK_SECONDS)
+    if deferred:
+        delays.append(batch)
     return min(delays)
 
 

@@ -42,6 +42,25 @@ def build_plan(ctx: PlanContext) -> Plan:
     )
 
 
+# Keys a pod's phase or readiness moves one by one: a change of these alone may wait for the
+# next status write (the daemon batches them, as Kubernetes' Job controller does).
+COUNTS = frozenset({"replicaStatuses", "workers", "ready", "conditions"})
+
+
+def counts_only(patch: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Whether ``patch`` (of ``old``) only recounts replicas: replica counts, the scale
+    subresource's workers, readiness, and condition messages (no condition's type, status
+    or reason changes)."""
+    if not patch or not set(patch) <= COUNTS:
+        return False
+    if "conditions" not in patch:
+        return True
+    def kinds(conditions: Any) -> list[tuple[Any, Any, Any]]:
+        return [(c.get("type"), c.get("status"), c.get("reason")) for c in conditions or []]
+
+    return kinds(old.get("conditions")) == kinds(patch["conditions"])
+
+
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """JSON merge patch (RFC 7386) turning ``old`` into ``new``.
 
