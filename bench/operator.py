@@ -14,6 +14,9 @@ children exist on kmock (API requests per job, operator memory).
 
     .venv/bin/python bench/operator.py [--quick] [--repeats N]
 
+With ``--cluster``: the same scenarios on the real control plane, with kubemark hollow
+nodes, side by side with these (bench/scale.py, which this runs).
+
 With ``--cluster --failover``: the operator's own losses on the multi-node cluster (its pod
 deleted, its node crashed, a rolling upgrade), two replicas with leader election against
 one: bench/failover.py, which this runs (its options: --repeats, --one-crash-repeats,
@@ -265,6 +268,11 @@ def main() -> int:
         import failover
 
         return failover.main([a for a in sys.argv[1:] if a not in ("--failover", "--cluster")])
+    if "--cluster" in sys.argv:
+        import scale
+
+        return scale.main([a for a in sys.argv[1:] if a != "--cluster"],
+                          lambda jobs, workers: asyncio.run(run(jobs, workers, timeout=900)))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run (under a minute)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats (default 3, quick 1)")
