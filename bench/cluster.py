@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from tests.cluster import kube  # noqa: E402
 
-AUDIT_LOG = kube.node.RUN / "logs" / "audit.log"
+AUDIT_LOG = kube.AUDIT_LOG
 FIRST_STEP = re.compile(r"first step done at unix time ([0-9.]+)")
 NAMESPACE = "bench"
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from tests.cluster import kube  # noqa: E402
 
 NAMESPACE = "bench-hollow"
-LABEL = "node.syncreplicas.io/hollow"
+LABEL = kube.node.hollow.LABEL
 TOLERATION = {"key": LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 PAUSE = f"registry.k8s.io/pause:{kube.node.VERSIONS['PAUSE_VERSION']}"
 

@@ -27,7 +27,6 @@ running.
 from __future__ import annotations
 
 import collections
-import json
 import re
 import statistics
 import sys
@@ -43,10 +42,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from tests.cluster import kube  # noqa: E402
+from tests.cluster.scalelib import HOLLOW, hollow_job, operator_requests, tally  # noqa: E402
 
-AUDIT_LOG = kube.node.RUN / "logs" / "audit.log"
-OPERATOR_USER = "system:serviceaccount:syncreplicas-system:syncreplicas-operator"
-HOLLOW = "node.syncreplicas.io/hollow"
 NAMESPACE = "bench-scale"
 MUTATING = ("POST", "PUT", "PATCH", "DELETE")
 
@@ -73,29 +70,13 @@ def scenarios(scale: int) -> list[Scenario]:
     ]
 
 
-def job(name: str, workers: int, max_workers: int | None) -> dict[str, Any]:
-    """A job whose pods go to the hollow nodes (their toleration and selector)."""
-    spec: dict[str, Any] = {
-        "workers": workers, "replicasToAggregate": 1, "parameterServers": 1,
-        "model": {"entrypoint": "syncreplicas_runtime.models.linear:build"},
-        "template": {"spec": {
-            "nodeSelector": {HOLLOW: "true"},
-            "tolerations": [{"key": HOLLOW, "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{"name": "syncreplicas"}]}},
-    }  # fmt: skip
-    if max_workers is not None:
-        spec["elasticPolicy"] = {"minWorkers": 1, "maxWorkers": max_workers}
-    return {"apiVersion": "syncreplicas.io/v1alpha1", "kind": "SyncReplicasJob",
-            "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}  # fmt: skip
-
-
 # --- what the cluster says ---------------------------------------------------------------
 
 
 def hollow_capacity() -> int:
     nodes = kube.kubectl_json("get", "nodes", "-l", f"{HOLLOW}=true")["items"]
     return sum(int(n["status"].get("allocatable", {}).get("pods", 0)) for n in nodes
-               if kube.condition(n, "Ready") and kube.condition(n, "Ready")["status"] == "True")
+               if (kube.condition(n, "Ready") or {}).get("status") == "True")
 
 
 def pod_phases() -> collections.Counter[str]:
@@ -164,21 +145,6 @@ def quantile(buckets: dict[float, float], q: float) -> float:
     return lower
 
 
-def audited(offset: int) -> list[dict[str, Any]]:
-    """The operator's requests for the jobs (their namespace: not its leader Lease) in the
-    audit log from byte ``offset`` on."""
-    out = []
-    with AUDIT_LOG.open("rb") as log:
-        log.seek(offset)
-        for line in log:
-            event = json.loads(line)
-            ref = event.get("objectRef") or {}
-            if event.get("stage") == "ResponseComplete" and ref.get("namespace") == NAMESPACE \
-                    and event["user"].get("username") == OPERATOR_USER:  # fmt: skip
-                out.append(event)
-    return out
-
-
 def startup_latencies() -> list[float]:
     """Per pod: seconds from its creation to its container running (1 s resolution)."""
     out = []
@@ -236,7 +202,7 @@ def on_cluster(s: Scenario, timeout: float = 900) -> Run:
     max_workers = max(s.resizes) if s.resizes else None
     before = operator_process()
     latency_before = mutating_buckets()
-    offset = AUDIT_LOG.stat().st_size
+    offset = kube.AUDIT_LOG.stat().st_size
     peak = [before.get("rss", 0.0)]
 
     def sample() -> None:
@@ -244,7 +210,7 @@ def on_cluster(s: Scenario, timeout: float = 900) -> Run:
 
     started = time.monotonic()
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(
-        [job(n, s.workers, max_workers) for n in names]))  # fmt: skip
+        [hollow_job(n, NAMESPACE, s.workers, max_workers) for n in names]))  # fmt: skip
     pods = s.jobs * (2 + s.workers)
     run.to_children = wait("every child", lambda: sum(pod_phases().values()) == pods
                            and services() >= pods, timeout, sample, started)  # fmt: skip
@@ -269,14 +235,8 @@ def on_cluster(s: Scenario, timeout: float = 900) -> Run:
     latency_after = mutating_buckets()
     run.mutating_p99 = quantile({b: latency_after[b] - latency_before.get(b, 0.0)
                                  for b in latency_after}, 0.99)  # fmt: skip
-    for event in audited(offset):
-        ref = event.get("objectRef") or {}
-        resource = ref.get("resource", "?") + (f"/{ref['subresource']}"
-                                               if ref.get("subresource") else "")
-        run.requests[f"{event['verb']} {resource}"] += 1
-        code = int((event.get("responseStatus") or {}).get("code", 0))
-        if code in (409, 429) or code >= 500:
-            run.errors[code] += 1
+    run.requests, failed = tally(operator_requests(offset, NAMESPACE))
+    run.errors.update(code for _, _, code in failed)
     kube.kubectl("delete", "namespace", NAMESPACE, "--timeout=600s", timeout=620)
     return run
 

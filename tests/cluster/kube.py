@@ -119,6 +119,9 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
 # The operator's replicas, and the Lease that names the one acting (kubectl get lease).
 OPERATOR_PODS = "app.kubernetes.io/component=operator"
 LEADER_LEASE = "syncreplicas-operator"
+# The API server's audit log (every request of the operator's ServiceAccount), and that user.
+AUDIT_LOG = node.RUN / "logs" / "audit.log"
+OPERATOR_USER = f"system:serviceaccount:{RELEASE_NAMESPACE}:syncreplicas-operator"
 
 
 def rollout(*args: str) -> float:

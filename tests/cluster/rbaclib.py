@@ -27,7 +27,7 @@ sys.path.insert(0, str(kube.REPO / "tests" / "chart"))
 from chartlib import by_kind, is_user_role, render
 
 SA_NAMESPACE = "syncreplicas-rbac"
-AUDIT_LOG = kube.node.RUN / "logs" / "audit.log"
+AUDIT_LOG = kube.AUDIT_LOG
 SYNCREPLICAS = kube.REPO / ".venv" / "bin" / "syncreplicas"
 # Every object this module makes outside the tests' own namespaces carries it.
 TEST_LABEL = "syncreplicas.io/rbac-test"

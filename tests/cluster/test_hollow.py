@@ -19,7 +19,7 @@ import pytest
 from tests.cluster import kube
 
 HOLLOW = 3
-LABEL = "node.syncreplicas.io/hollow"
+LABEL = kube.node.hollow.LABEL
 # The pod sandbox's image, loaded into every real node (IfNotPresent: never pulled there);
 # a hollow node's fake image service "pulls" any image.
 PAUSE = f"registry.k8s.io/pause:{kube.node.VERSIONS['PAUSE_VERSION']}"

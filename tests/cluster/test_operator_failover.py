@@ -44,8 +44,7 @@ JOB = "failover"
 LEADS_WITHIN = 20
 # At most about 15 steps/s while slowed (slowjob): 400 s or more, for about 150 s of faults.
 MAX_STEPS = 6000
-AUDIT_LOG = kube.node.RUN / "logs" / "audit.log"
-OPERATOR_USER = f"system:serviceaccount:{kube.RELEASE_NAMESPACE}:syncreplicas-operator"
+AUDIT_LOG, OPERATOR_USER = kube.AUDIT_LOG, kube.OPERATOR_USER
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 UPGRADE_TAG = "0.1.1-upgrade"
 LOST_LEADERSHIP_EXIT = 3  # syncreplicas_operator.controller.election

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,17 +144,26 @@ def nodes_file() -> Path:
     return RUN / "nodes.json"
 
 
-def current_nodes() -> list[Node]:
-    """The nodes of the cluster that runs (or last ran) here."""
+def read_indices(path: Path) -> list[int]:
+    """The node indices a list file holds (none when it is missing or unreadable)."""
     try:
-        return [Node(i) for i in json.loads(nodes_file().read_text())]
+        return list(json.loads(path.read_text()))
     except (OSError, ValueError):
         return []
 
 
+def write_indices(path: Path, indices: Iterable[int]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(sorted(indices)))
+
+
+def current_nodes() -> list[Node]:
+    """The nodes of the cluster that runs (or last ran) here."""
+    return [Node(i) for i in read_indices(nodes_file())]
+
+
 def save_nodes(nodes: list[Node]) -> None:
-    RUN.mkdir(parents=True, exist_ok=True)
-    nodes_file().write_text(json.dumps(sorted(n.index for n in nodes)))
+    write_indices(nodes_file(), (n.index for n in nodes))
 
 
 def wanted_count(arg: int | None) -> int:

@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 
 from . import network
-from .config import BIN, RUN
+from .config import BIN, RUN, read_indices, write_indices
 from .controlplane import api_get
 from .pki import issue, write_kubeconfig
 from .procs import ClusterError, kubectl, log, running_pid, start, stop, wait_for
@@ -92,14 +92,11 @@ def hollow_file() -> Path:
 
 def current() -> list[HollowNode]:
     """The hollow nodes of the cluster that runs (or last ran) here."""
-    try:
-        return [HollowNode(i) for i in json.loads(hollow_file().read_text())]
-    except (OSError, ValueError):
-        return []
+    return [HollowNode(i) for i in read_indices(hollow_file())]
 
 
 def _save(members: list[HollowNode]) -> None:
-    hollow_file().write_text(json.dumps(sorted(h.index for h in members)))
+    write_indices(hollow_file(), (h.index for h in members))
 
 
 def argv(node: HollowNode) -> list[str | Path]:
