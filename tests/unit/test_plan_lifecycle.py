@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from syncreplicas_operator.core import naming
 from syncreplicas_operator.core.actions import DeleteJob, DeletePod, DeletePodGroup
+from syncreplicas_operator.core.nodes import NodeHealth
 from syncreplicas_operator.core.plan import lifecycle
 
 from tests.support.jobs import planner_job
@@ -100,11 +101,53 @@ def test_plan_suspended(
     job = planner_job(2, runPolicy={"suspend": True})
     ctx = context(job, pods_of(job), status)
     assert lifecycle.plan_suspended(ctx) is True
-    assert sum(isinstance(a, DeletePod) for a in ctx.actions) == 4
+    # The chief and the workers; the PS once the chief's SIGTERM checkpoint is written.
+    assert deleted(ctx) == ["j-chief-0", "j-worker-0", "j-worker-1"]
     assert condition(ctx, "Suspended") == ("True", naming.REASON_SUSPENDED)
     assert condition(ctx, "Running") == running
     assert not {"startTime", "restartJob", "chief"} & set(ctx.status)
     assert reasons(ctx) == ([naming.REASON_SUSPENDED] if event else [])
+
+
+def deleted(ctx: Any) -> list[str]:
+    return [a.name for a in ctx.actions if isinstance(a, DeletePod)]
+
+
+GRACE_END = "2026-01-01T00:00:30Z"
+
+
+@pytest.mark.parametrize(
+    ("chief", "lost", "after", "ps_deleted", "requeue"),
+    [
+        # Its SIGTERM checkpoint may be under way: the PS stays until the chief's pod goes,
+        # looked at again when its grace period ends.
+        ({"deleting": True, "deletion_timestamp": GRACE_END}, False, 0, False, [30.0]),
+        ({"deleting": True, "deletion_timestamp": GRACE_END}, False, 29, False, [1.0]),
+        ({"deleting": True}, False, 0, False, [1.0]),  # deleted this pass, not yet seen
+        # Past its grace period, on a lost node, not running, gone: nothing to wait for.
+        ({"deleting": True, "deletion_timestamp": GRACE_END}, False, 30, True, []),
+        ({"deleting": True, "deletion_timestamp": GRACE_END}, True, 0, True, []),
+        ({"deleting": True, "phase": "Failed"}, False, 0, True, []),
+        ({"deleting": True, "phase": "Pending"}, False, 0, True, []),
+        (None, False, 0, True, []),
+    ],
+)  # fmt: skip
+def test_a_stopping_job_deletes_its_ps_after_the_chief(
+    chief: dict[str, Any] | None, lost: bool, after: int, ps_deleted: bool,
+    requeue: list[float],
+) -> None:  # fmt: skip
+    job = planner_job(2, runPolicy={"suspend": True})
+    pods = [replace(p, node_name="n1") for p in pods_of(job) if p.replica_type != "chief"]
+    pods += [replace(p, node_name="n1", **chief) for p in pods_of(job)
+             if p.replica_type == "chief" and chief is not None]  # fmt: skip
+    health = NodeHealth(lost={"n1": "condition Ready is Unknown"} if lost else {},
+                        known=frozenset({"n1"}))  # fmt: skip
+    ctx = context(job, pods, {"conditions": [SUSPENDED]}, T0 + timedelta(seconds=after),
+                  nodes=health)  # fmt: skip
+    lifecycle.plan_suspended(ctx)
+    assert ("j-ps-0" in deleted(ctx)) is ps_deleted
+    assert {"j-worker-0", "j-worker-1"} <= set(deleted(ctx))
+    assert ctx.requeue == requeue
 
 
 @pytest.mark.parametrize(

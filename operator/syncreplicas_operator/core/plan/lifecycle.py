@@ -9,7 +9,7 @@ from __future__ import annotations
 from .. import manifests, naming
 from ..actions import NORMAL, WARNING, DeleteJob, DeletePodGroup
 from ..enums import CleanPodPolicy
-from ..status import condition_is_true, find_condition
+from ..status import POD_RUNNING, ObservedPod, condition_is_true, find_condition
 from ..timefmt import parse_time
 from . import spares
 from .context import PlanContext
@@ -37,9 +37,10 @@ def hold(
     ctx: PlanContext, reason: str, message: str, event: str, event_type: str = NORMAL
 ) -> None:
     """Keep the job from running (suspended by its user, or held by its queue): its pods go
-    (the chief checkpoints at SIGTERM), then its spares and PodGroup; the Suspended
-    condition says why (an Event ``event: deleted N pod(s)`` when it turns true)."""
-    deleted = ctx.delete_pods(ctx.live_pods())
+    (the chief checkpoints at SIGTERM, the parameter servers after it: ``stop_pods``), then
+    its spares and PodGroup; the Suspended condition says why (an Event ``event: deleted N
+    pod(s)`` when it turns true)."""
+    deleted = stop_pods(ctx)
     spares.drop_spares(ctx, "the job is suspended")
     release_pod_group(ctx)
     if ctx.condition(naming.CONDITION_SUSPENDED, True, reason, message):
@@ -51,6 +52,34 @@ def hold(
     ctx.status.pop("restartJob", None)
     # The chief is gone on purpose: its replacement on resume is not a chief restart.
     ctx.status.pop("chief", None)
+
+
+def stop_pods(ctx: PlanContext) -> int:
+    """Delete the pods of a job that stops as a whole: the chief and the workers at once,
+    the parameter servers once the chief has stopped (its SIGTERM checkpoint reads every
+    one of them: deleted together, a PS could be gone before the checkpoint is written).
+    Not waited for: a chief that is not running, on a lost node, or past its grace period.
+    How many pods this pass deleted."""
+    chief = next((p for p in ctx.pods.values() if p.replica_type == naming.CHIEF), None)
+    wait = chief is not None and checkpointing(ctx, chief)
+    doomed = [p for p in ctx.live_pods() if not (wait and p.replica_type == naming.PS)]
+    deleted = ctx.delete_pods(doomed)
+    if wait and chief is not None:
+        gone_by = parse_time(chief.deletion_timestamp)
+        # Looked at again when the chief's pod goes (a watch event) or its grace ends.
+        ctx.requeue.append(max((gone_by - ctx.now).total_seconds(), 1.0) if gone_by else 1.0)
+    return deleted
+
+
+def checkpointing(ctx: PlanContext, chief: ObservedPod) -> bool:
+    """Whether the chief may still be writing its SIGTERM checkpoint."""
+    if chief.phase != POD_RUNNING:
+        return False
+    health = ctx.observed.nodes
+    if health is not None and health.why_lost(chief.node_name):
+        return False
+    gone_by = parse_time(chief.deletion_timestamp)
+    return gone_by is None or ctx.now < gone_by
 
 
 def start(ctx: PlanContext) -> bool:
