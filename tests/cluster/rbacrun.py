@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from tests.cluster import kube
+from tests.cluster.objectstream import ObjectStream
 from tests.cluster.rbaclib import (
     NODE_LEASE_NAMESPACE,
     SA_NAMESPACE,
@@ -73,7 +74,8 @@ BUDGET = 100.0  # seconds of jobs at most (a loaded machine; a run ends when its
 
 @dataclass
 class Seen:
-    """What the poller saw in one namespace: the last snapshot and everything so far."""
+    """What the poller saw in one namespace: the last snapshot and everything so far (the
+    job's status, conditions and finalizers from every version the watch delivered)."""
 
     now: dict[str, set[str]] = field(default_factory=dict)  # kind -> names, last snapshot
     bound_pods: set[str] = field(default_factory=set)
@@ -194,6 +196,7 @@ class Run:
     node_created: bool = False
     lease_created: bool = False
     timings: dict[str, float] = field(default_factory=dict)
+    jobs: ObjectStream | None = None  # every version of every job (status, finalizers)
 
     def case(self, slug: str) -> Case:
         return next(c for c in self.cases if c.slug == slug)
@@ -239,6 +242,7 @@ class Run:
             configs = list(pool.map(
                 lambda c: kubeconfig(c.slug, self.tmp / f"{c.slug}.kubeconfig"), self.cases))
         self.audit.read()
+        self.jobs = ObjectStream("syncreplicasjobs", self.saw_job)
         for case, config in zip(self.cases, configs, strict=True):
             chart_of = watched if case.scenario == "watch" else chart
             case.operator = Operator(config, self.tmp / f"{case.slug}.log",
@@ -320,11 +324,6 @@ class Run:
             now.setdefault(namespace, {}).setdefault(obj["kind"], set()).add(meta["name"])
             if obj["kind"] == "SyncReplicasJob":
                 seen.job_seen += 1
-                status = obj.get("status") or {}
-                seen.status_seen |= bool(status)
-                seen.finalizers |= set(meta.get("finalizers") or [])
-                seen.conditions |= {(c["type"], c["status"], c.get("reason", ""))
-                                    for c in status.get("conditions", [])}  # fmt: skip
             elif obj["kind"] == "Pod" and obj["spec"].get("nodeName") == FAKE_NODE:
                 seen.bound_pods.add(meta["name"])
         for case in self.cases:
@@ -332,6 +331,20 @@ class Run:
                 before = seen.now.get("SyncReplicasJob")
                 seen.now = now.get(namespace, {})
                 seen.job_gone |= bool(before) and not seen.now.get("SyncReplicasJob")
+
+    def saw_job(self, event: str, obj: dict[str, Any]) -> None:
+        """Every version of every job (the job stream's thread): its status, conditions,
+        finalizers and deletion, however briefly it lived."""
+        meta = obj.get("metadata") or {}
+        if not meta.get("namespace", "").startswith(PREFIX):
+            return
+        seen = self.seen(meta["namespace"])
+        seen.job_gone |= event == "DELETED"
+        status = obj.get("status") or {}
+        seen.status_seen |= bool(status)
+        seen.finalizers |= set(meta.get("finalizers") or [])
+        seen.conditions |= {(c["type"], c["status"], c.get("reason", ""))
+                            for c in status.get("conditions", [])}  # fmt: skip
 
     def seen(self, namespace: str) -> Seen:
         case = next((c for c in self.cases if c.namespace == namespace), self.case("watch"))
@@ -407,10 +420,14 @@ class Run:
         self.edited_children = {o["metadata"]["namespace"] for o in found["items"]}
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda c: c.operator.stop() if c.operator else None, self.cases))
+        if self.jobs is not None:
+            self.jobs.stop()
         self.audit.read()
         self.timings["stop"] = time.monotonic() - begun
 
     def tear_down(self) -> None:
+        if self.jobs is not None:
+            self.jobs.stop()
         for case in self.cases:
             if case.operator is not None:
                 case.operator.stop()
