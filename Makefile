@@ -72,7 +72,7 @@ TEST_NODES := 4
 test: venv tools lint
 	@was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \
 	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 || exit 1; \
-	SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest tests --durations=25; rc=$$?; \
+	SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest tests --durations=25 --tb=short; rc=$$?; \
 	if [ $$was_up = 0 ]; then \
 		python3 $(CLUSTER)/cluster.py down && python3 $(CLUSTER)/cluster.py leftovers || rc=1; \
 	fi; exit $$rc
