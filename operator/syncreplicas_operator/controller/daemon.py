@@ -45,6 +45,7 @@ from . import queueing, replicametrics
 from .apply import apply_plan
 from .expectations import Expectations
 from .invalid import plan_invalid_job, refused_update_message
+from .replicametrics import ReplicaReads
 from .settings import SETTINGS
 
 log = logging.getLogger("syncreplicas.operator")
@@ -98,6 +99,9 @@ class JobState:
     # Recovery and stragglers: when the replicas' gradient counters are next due, the
     # last scrapes of them (the straggler window) and the pods as the last pass left them.
     next_gradients_read: float = 0.0
+    # The replicas' reads under way: in the background, so that replicas that do not answer
+    # (a partitioned node's: each read waits out its timeout) never hold a pass up.
+    replica_reads: asyncio.Task[ReplicaReads] | None = None
     gradient_window: collections.deque[Scrape] = field(
         default_factory=lambda: collections.deque(maxlen=GRADIENT_WINDOW_SCRAPES)
     )
@@ -206,6 +210,8 @@ async def run_job(
             await asyncio.sleep(DEBOUNCE_SECONDS)
     finally:
         stopping.cancel()
+        if state.replica_reads is not None:
+            state.replica_reads.cancel()
         STATES.pop(key, None)
         if not keep_phase:
             metrics().set_phase(namespace, name, None)
@@ -392,16 +398,26 @@ async def read_replicas(
     job: Job, state: JobState, pods: Iterable[ObservedPod]
 ) -> tuple[dict[str, float] | None, dict[str, tuple[str, int]] | None]:
     """Each replica's share of gradients dropped as stale over the window, and every
-    replica's warm restarts, at most once per replica scrape interval (None between reads)."""
+    replica's warm restarts, in the pass after a read of every replica ends (None in the
+    others). The reads run in the background, started at most once per replica scrape
+    interval; their end wakes the loop."""
     port = job.spec.metrics.port
-    if port <= 0 or time.monotonic() < state.next_gradients_read:
+    if port <= 0:
         return None, None
-    state.next_gradients_read = time.monotonic() + SETTINGS.replica_scrape_interval
-    scrape, warm = await replicametrics.read_gradients(
-        pods, port, SETTINGS.scrape_timeout, SETTINGS.scrape_concurrency
-    )
-    state.gradient_window.append(scrape)
-    return drop_fractions(list(state.gradient_window)), warm
+    found: tuple[dict[str, float] | None, dict[str, tuple[str, int]] | None] = (None, None)
+    task = state.replica_reads
+    if task is not None and task.done():
+        state.replica_reads = None
+        if not task.cancelled() and task.exception() is None:
+            scrape, warm = task.result()
+            state.gradient_window.append(scrape)
+            found = drop_fractions(list(state.gradient_window)), warm
+    if state.replica_reads is None and time.monotonic() >= state.next_gradients_read:
+        state.next_gradients_read = time.monotonic() + SETTINGS.replica_scrape_interval
+        state.replica_reads = asyncio.ensure_future(replicametrics.read_gradients(
+            list(pods), port, SETTINGS.scrape_timeout, SETTINGS.scrape_concurrency))
+        state.replica_reads.add_done_callback(lambda _: state.wake.set())
+    return found
 
 
 async def report_write_failure(raw: Mapping[str, Any], state: JobState, exc: k8s.ApiError) -> None:

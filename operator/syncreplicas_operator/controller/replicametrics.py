@@ -7,7 +7,10 @@ and every replica's warm restarts (core/warm.py; the parameter servers too), at 
 ``concurrency`` reads at once. Each read is one HTTP GET of a few kilobytes served
 by the runtime's metrics thread (no TensorFlow call): for W workers that is W + 1 GETs per
 replica interval, e.g. 1000 workers every 30 s is about 33 GETs/s and ~150 KB/s. A failed
-read is logged and skipped (the next interval tries again), never an error.
+read is skipped (the next interval tries again), never an error; the failures of a round
+are logged in one line. The daemon runs the replicas' reads in the background
+(controller/daemon.py): a round of unanswered reads (a partitioned node's replicas, each
+waiting out its timeout) takes W x timeout / concurrency and holds no pass up.
 """
 
 from __future__ import annotations
@@ -58,17 +61,26 @@ def running_chief(pods: Iterable[ObservedPod]) -> ObservedPod | None:
 
 
 async def read_values(
-    session: aiohttp.ClientSession, pod_ip: str, port: int
+    session: aiohttp.ClientSession, pod_ip: str, port: int, failed: list[str]
 ) -> dict[str, float] | None:
-    """Flat sample values of ``http://pod_ip:port/metrics``; None if unreadable."""
+    """Flat sample values of ``http://pod_ip:port/metrics``; None if unreadable (and why
+    appended to ``failed``)."""
     url = f"http://{pod_ip}:{port}/metrics"
     try:
         async with session.get(url) as response:
             text = await response.text()
         return metricstext.flatten(metricstext.parse(text))
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        log.info("could not read %s: %s", url, exc)
+        failed.append(f"{url}: {type(exc).__name__} {exc}".rstrip())
         return None
+
+
+def log_failed(what: str, failed: list[str], of: int) -> None:
+    """One line for every read of a round that failed (a thousand unreachable replicas are
+    one line, not a thousand)."""
+    if failed:
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        log.info("could not read %d of %d %s: %s%s", len(failed), of, what, failed[0], more)
 
 
 def _int(values: dict[str, float] | None, name: str) -> int | None:
@@ -81,12 +93,14 @@ async def read_progress(pods: Iterable[ObservedPod], port: int, timeout: float) 
     pods = list(pods)
     targets = [running_chief(pods), running_pod(pods, naming.PS, 0)]
     client_timeout = aiohttp.ClientTimeout(total=timeout)
+    failed: list[str] = []
     async with aiohttp.ClientSession(timeout=client_timeout) as session:
 
         async def read(pod: ObservedPod | None) -> dict[str, float] | None:
-            return None if pod is None else await read_values(session, pod.pod_ip, port)
+            return None if pod is None else await read_values(session, pod.pod_ip, port, failed)
 
         chief, coordinator = await asyncio.gather(*(read(p) for p in targets))
+    log_failed("of the chief's and PS 0's metrics", failed, sum(p is not None for p in targets))
     return Progress(
         global_step=_int(chief, metricnames.GLOBAL_STEP),
         restored_step=_int(chief, metricnames.RESTORED_STEP),
@@ -106,9 +120,14 @@ def warm_sources(pods: Iterable[ObservedPod]) -> list[ObservedPod]:
     return [p for p in pods if readable(p)]
 
 
+# What a read of every replica found: the gradient counters (replica key -> counts) and
+# the warm restarts (pod name -> (uid, count)).
+ReplicaReads = tuple[Scrape, dict[str, tuple[str, int]]]
+
+
 async def read_gradients(
     pods: Iterable[ObservedPod], port: int, timeout: float, concurrency: int
-) -> tuple[Scrape, dict[str, tuple[str, int]]]:
+) -> ReplicaReads:
     """Pushed and dropped gradient counters of every running chief and worker, and the warm
     restarts of every running replica (pod name -> (uid, count))."""
     targets = warm_sources(pods)
@@ -116,11 +135,12 @@ async def read_gradients(
     client_timeout = aiohttp.ClientTimeout(total=timeout)
     connector = aiohttp.TCPConnector(limit=max(1, concurrency))
     warm: dict[str, tuple[str, int]] = {}
+    failed: list[str] = []
     async with aiohttp.ClientSession(timeout=client_timeout, connector=connector) as session:
 
         async def read(pod: ObservedPod) -> tuple[str, GradientCounts] | None:
             async with limit:
-                values = await read_values(session, pod.pod_ip, port)
+                values = await read_values(session, pod.pod_ip, port, failed)
             if values is None:
                 return None
             restarts = values.get(metricnames.PROCESS_RESTARTS)
@@ -134,4 +154,5 @@ async def read_gradients(
             return key, GradientCounts(pushed=pushed, dropped=dropped)
 
         results = await asyncio.gather(*(read(p) for p in targets))
+    log_failed("replicas' metrics", failed, len(targets))
     return dict(r for r in results if r is not None), warm
