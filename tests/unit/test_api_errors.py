@@ -60,3 +60,24 @@ def test_the_operators_own_namespace_always_reads_the_metrics(
     else:
         monkeypatch.setenv("POD_NAMESPACE", own)
     assert metrics_namespaces(named) == expected
+
+
+def not_found(what: str) -> str:
+    return json.dumps({"kind": "Status", "status": "Failure", "reason": "NotFound",
+                       "code": 404, "message": what})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "gone"),
+    [
+        # A create in a deleted namespace: the job went with it (its loop ends).
+        (404, not_found('namespaces "team-b" not found'), True),
+        (404, not_found('namespaces "team-b-2" not found'), False),  # another namespace
+        (404, not_found('syncreplicasjobs.syncreplicas.io "j" not found'), False),
+        (403, not_found('namespaces "team-b" not found'), False),
+    ],
+)
+def test_a_namespace_gone_is_told_from_other_not_founds(status: int, body: str,
+                                                        gone: bool) -> None:  # fmt: skip
+    error = k8s.ApiError("POST", "/apis/networking.k8s.io/v1/namespaces/team-b/x", status, body)
+    assert k8s.namespace_gone(error, "team-b") is gone

@@ -310,6 +310,10 @@ async def reconcile(
     try:
         gone = await asyncio.to_thread(apply_plan, api(), metrics(), raw, plan, state.expectations)
     except k8s.ApiError as exc:
+        if k8s.namespace_gone(exc, namespace):
+            # Deleted with its namespace, its deletion not (yet) seen: nothing to act on.
+            log.info("%s/%s: its namespace is gone; its loop ends", namespace, name)
+            return None
         await report_write_failure(raw, state, exc)
         return WRITE_RETRY_SECONDS
     state.status = plan.status

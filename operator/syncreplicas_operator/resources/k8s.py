@@ -57,6 +57,11 @@ class ApiError(RuntimeError):
         super().__init__(f"{method} {path}: HTTP {status}: {self.message}")
 
 
+def namespace_gone(error: ApiError, namespace: str) -> bool:
+    """The answer says the namespace itself is gone (and with it everything in it)."""
+    return error.status == 404 and f'namespaces "{namespace}" not found' in error.message
+
+
 class CreateRefused(ApiError):
     """The API server refused to create a child (admission, quota, validation): a
     lasting answer about that object, not a passing fault."""
