@@ -60,11 +60,11 @@ def stop_pods(ctx: PlanContext) -> int:
     one of them: deleted together, a PS could be gone before the checkpoint is written).
     Not waited for: a chief that is not running, on a lost node, or past its grace period.
     How many pods this pass deleted."""
-    chief = next((p for p in ctx.pods.values() if p.replica_type == naming.CHIEF), None)
-    wait = chief is not None and checkpointing(ctx, chief)
-    doomed = [p for p in ctx.live_pods() if not (wait and p.replica_type == naming.PS)]
+    chief = next((p for p in ctx.pods.values()
+                  if p.replica_type == naming.CHIEF and checkpointing(ctx, p)), None)  # fmt: skip
+    doomed = [p for p in ctx.live_pods() if chief is None or p.replica_type != naming.PS]
     deleted = ctx.delete_pods(doomed)
-    if wait and chief is not None:
+    if chief is not None:
         gone_by = parse_time(chief.deletion_timestamp)
         # Looked at again when the chief's pod goes (a watch event) or its grace ends.
         ctx.requeue.append(max((gone_by - ctx.now).total_seconds(), 1.0) if gone_by else 1.0)
