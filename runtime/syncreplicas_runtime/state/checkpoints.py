@@ -2,34 +2,25 @@
 state when an epoch is reset: keep, restore (snapshot or checkpoint) or initialize.
 
 A checkpoint's global step never goes back: a save at a lower step than the newest
-checkpoint in the directory is refused (a superseded chief that woke up late, which the
-fence also stops; sync/fencing.py). Every save, restore and initialization runs behind the
-chief's fence.
+checkpoint in the directory is refused, before it is written and again once it is (a
+superseded chief that woke up late, which the fence also stops; sync/fencing.py), and a
+save becomes visible only whole (state/ckptfiles.py). Every save, restore and
+initialization runs behind the chief's fence.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 
 from ..graph.training import TrainingGraph
+from . import ckptfiles
 from .snapshots import Snapshot, checkpoint_step, choose_source, restore_snapshot
 
 v1 = tf.compat.v1
-
-
-def checkpoint_prefix(directory: str) -> str:
-    return os.path.join(directory, "model.ckpt")
-
-
-def newest_checkpoint_step(filenames: Iterable[str]) -> int | None:
-    """The highest global step among a directory's checkpoints (``model.ckpt-N.index``)."""
-    steps = [checkpoint_step(name[:-len(".index")]) for name in filenames
-             if name.startswith("model.ckpt-") and name.endswith(".index")]
-    return max((s for s in steps if s is not None), default=None)
 
 
 def restore_or_initialize(sess: Any, training: TrainingGraph, checkpoint_dir: str,
@@ -66,12 +57,35 @@ def restore_or_initialize(sess: Any, training: TrainingGraph, checkpoint_dir: st
 def save_checkpoint(sess: Any, training: TrainingGraph, checkpoint_dir: str, step: int,
                     log: Callable[[str], None] = print) -> str | None:
     """Write the checkpoint of global step ``step``; its path, or None (and a log line) when
-    the directory already holds a newer one."""
+    the directory holds a newer one, before the write or once it is written.
+
+    Written aside and committed only after the fence and the directory are checked again
+    (state/ckptfiles.py): a chief stopped in the middle of a save that a newer chief
+    superseded never makes its late checkpoint visible. A failed fence raises, as every
+    fenced run does."""
     os.makedirs(checkpoint_dir, exist_ok=True)
-    newest = newest_checkpoint_step(os.listdir(checkpoint_dir))
+    if refused(checkpoint_dir, step, log):
+        return None
+    staging = ckptfiles.staging_dir(checkpoint_dir, step)
+    try:
+        staged = str(training.saver.save(
+            sess, os.path.join(staging, ckptfiles.PREFIX), global_step=step,
+            write_meta_graph=False, write_state=False))
+        if training.fence is not None:
+            sess.run(training.fence.check)  # still this chief's slot, now the write is done
+        if refused(checkpoint_dir, step, log):
+            return None
+        path = ckptfiles.commit(checkpoint_dir, staged)
+    finally:
+        ckptfiles.discard(staging)
+    ckptfiles.tidy(checkpoint_dir)
+    return path
+
+
+def refused(checkpoint_dir: str, step: int, log: Callable[[str], None]) -> bool:
+    newest = ckptfiles.newest_checkpoint_step(os.listdir(checkpoint_dir))
     if newest is not None and step < newest:
         log(f"checkpoint at global step {step} refused: {checkpoint_dir} holds one at global "
             f"step {newest}, and a checkpoint's step never goes back")
-        return None
-    return str(training.saver.save(sess, checkpoint_prefix(checkpoint_dir), global_step=step,
-                                   write_meta_graph=False))
+        return True
+    return False
