@@ -29,6 +29,8 @@ help:
 	@echo "                    by default), both images loaded, the chart installed"
 	@echo "                    (.cluster/kubeconfig); NODES=N converges a running one to N;"
 	@echo "                    KUEUE=1 also installs Kueue (its ClusterQueue syncreplicas);"
+	@echo "                    MONITORING=1 the Prometheus Operator and its Prometheus,"
+	@echo "                    which reads the chart's monitors and alerts;"
 	@echo "                    HOLLOW_NODES=N runs N kubemark hollow nodes beside them (0"
 	@echo "                    removes them; unset: left as they are, none on a new cluster)"
 	@echo "make cluster-down - stop it and remove everything it made"
@@ -71,7 +73,7 @@ lint: venv
 TEST_NODES := 4
 test: venv tools lint
 	@was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \
-	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 || exit 1; \
+	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 || exit 1; \
 	SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest tests --durations=25 --tb=short; rc=$$?; \
 	if [ $$was_up = 0 ]; then \
 		python3 $(CLUSTER)/cluster.py down && python3 $(CLUSTER)/cluster.py leftovers || rc=1; \
@@ -108,15 +110,19 @@ chart: tools
 # A multi-node cluster from upstream sources (hack/cluster/README.md). Idempotent; NODES=N
 # converges a running cluster to N nodes (default: as many as run, else 3); HOLLOW_NODES=N
 # to N kubemark hollow nodes (unset: left as they are, none on a new cluster); KUEUE=1 also
-# builds and installs Kueue (install-kueue.sh).
-KUEUE_ENV := $(if $(filter 1,$(KUEUE)),SYNCREPLICAS_KUEUE=1)
+# builds and installs Kueue (install-kueue.sh); MONITORING=1 the Prometheus Operator and a
+# Prometheus that reads the chart's monitors and rules (install-monitoring.sh).
+CLUSTER_ENV := $(if $(filter 1,$(KUEUE)),SYNCREPLICAS_KUEUE=1) \
+	$(if $(filter 1,$(MONITORING)),SYNCREPLICAS_MONITORING=1)
 cluster: tools
 	$(CLUSTER)/install-host.sh
-	$(KUEUE_ENV) $(CLUSTER)/build-binaries.sh
+	$(CLUSTER_ENV) $(CLUSTER)/build-binaries.sh
 	python3 $(CLUSTER)/cluster.py up $(if $(NODES),--nodes $(NODES)) \
 		$(if $(HOLLOW_NODES),--hollow $(HOLLOW_NODES))
-	$(KUEUE_ENV) $(CLUSTER)/images.sh
-	$(CLUSTER)/install-chart.sh $(if $(filter 1,$(KUEUE)),--set kueue.enabled=true)
+	$(CLUSTER_ENV) $(CLUSTER)/images.sh
+	$(if $(filter 1,$(MONITORING)),$(CLUSTER)/install-monitoring.sh)
+	$(CLUSTER)/install-chart.sh $(if $(filter 1,$(KUEUE)),--set kueue.enabled=true) \
+		$(if $(filter 1,$(MONITORING)),-f $(CLUSTER)/monitoring/chart-values.yaml)
 	$(if $(filter 1,$(KUEUE)),$(CLUSTER)/install-kueue.sh)
 	@echo
 	@echo "The cluster is up. Next:"
@@ -124,6 +130,7 @@ cluster: tools
 	@echo "  kubectl apply -f examples/digits.yaml"
 	@echo "  kubectl get srj -w"
 	@echo "  kubectl get nodes    # python3 $(CLUSTER)/cluster.py node NAME crash|partition|heal|start|drain|preempt"
+	$(if $(filter 1,$(MONITORING)),@echo "  Prometheus: http://$$($(TOOLS)/kubectl --kubeconfig .cluster/kubeconfig -n monitoring get pod prometheus-syncreplicas-0 -o jsonpath='{.status.podIP}'):9090 from this host")
 	@echo "  make cluster-down    # stop it"
 
 cluster-down:

@@ -12,6 +12,9 @@
 #     go.mod): its network-policy controller enforces NetworkPolicy on every node,
 #   Kueue's manager from sigs.k8s.io/kueue (hack/cluster/kueue/go.mod), only when
 #     SYNCREPLICAS_KUEUE=1 (`make cluster KUEUE=1`): its image's /manager.
+#   the Prometheus Operator and its config reloader from github.com/prometheus-operator/
+#     prometheus-operator (hack/cluster/prometheus-operator/go.mod), only when
+#     SYNCREPLICAS_MONITORING=1 (`make cluster MONITORING=1`).
 # Each lands in $CACHE/<name>-<version>/bin. With the binaries there it does nothing; with
 # the Go build cache warm a rebuild is a link step.
 set -euo pipefail
@@ -116,4 +119,17 @@ if ! cached "$pause" pause; then
   gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION" -o "$pause/pause.tmp" "$src"
   strip "$pause/pause.tmp" && mv "$pause/pause.tmp" "$pause/pause"
   echo "build: pause $PAUSE_VERSION -> $pause"
+fi
+
+# Prometheus Operator --------------------------------------------------------------------
+# Only for `make cluster MONITORING=1`.
+prom_operator="$CACHE/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/bin"
+if [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] \
+    && ! cached "$prom_operator" operator prometheus-config-reloader; then
+  # The ldflags of its Makefile (GO_BUILD_LDFLAGS): the version its logs and build_info show.
+  pv="github.com/prometheus/common/version"
+  go_build "prometheus-operator $PROMETHEUS_OPERATOR_VERSION" "$prom_operator" \
+    prometheus-operator \
+    "-s -w -X $pv.Version=${PROMETHEUS_OPERATOR_VERSION#v} -X $pv.Branch=release -X $pv.Revision=module" \
+    tool
 fi

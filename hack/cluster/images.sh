@@ -10,6 +10,12 @@
 #   registry.k8s.io/kueue/kueue:<KUEUE_VERSION>  only when SYNCREPLICAS_KUEUE=1: Kueue's
 #                                                manager (build-binaries.sh) as /manager, as
 #                                                its release image (distroless) holds it
+#   quay.io/prometheus-operator/prometheus-operator:<PROMETHEUS_OPERATOR_VERSION>,
+#   quay.io/prometheus-operator/prometheus-config-reloader:<same>,
+#   quay.io/prometheus/prometheus:<PROMETHEUS_VERSION>
+#                                                only when SYNCREPLICAS_MONITORING=1: the
+#                                                binaries of build-binaries.sh, laid out as
+#                                                their release images have them
 # The operator and runtime images get the names the chart deploys by default. Each step is
 # skipped when its result is there: buildah caches layers (--layers), and an image whose ID
 # was imported before is not imported again.
@@ -39,6 +45,9 @@ app_version="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/c
 PAUSE="registry.k8s.io/pause:$PAUSE_VERSION"
 BASE="localhost/syncreplicas/python:3.11-bookworm"
 KUEUE="registry.k8s.io/kueue/kueue:$KUEUE_VERSION"
+PROM_OPERATOR="quay.io/prometheus-operator/prometheus-operator:$PROMETHEUS_OPERATOR_VERSION"
+PROM_RELOADER="quay.io/prometheus-operator/prometheus-config-reloader:$PROMETHEUS_OPERATOR_VERSION"
+PROMETHEUS="quay.io/prometheus/prometheus:$PROMETHEUS_VERSION"
 OPERATOR="ghcr.io/syncreplicas/syncreplicas-operator:$app_version"
 RUNTIME="ghcr.io/syncreplicas/syncreplicas-runtime:$app_version"
 
@@ -71,6 +80,34 @@ if [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && ! exists "$KUEUE"; then
   buildah config --entrypoint '["/manager"]' --user 65532:65532 --workingdir / "$c"
   buildah commit --quiet --rm "$c" "$KUEUE" >/dev/null
   say "built $KUEUE ($(buildah images --format '{{.Size}}' "$KUEUE" | head -1))"
+fi
+
+# monitoring -----------------------------------------------------------------------------
+# The Prometheus Operator's images and Prometheus's, on scratch instead of their busybox
+# base: every binary is static, and nothing the operator deploys runs a shell.
+binary_image() {  # binary_image NAME USER ENTRYPOINT SRC:DST...
+  local name="$1" user="$2" entrypoint="$3" c pair
+  shift 3
+  exists "$name" && return 0
+  c="$(buildah from scratch)"
+  for pair in "$@"; do
+    [[ -e "${pair%%:*}" ]] || { echo "images: ${pair%%:*} missing: run SYNCREPLICAS_MONITORING=1 build-binaries.sh" >&2; exit 1; }
+    buildah copy --quiet "$c" "${pair%%:*}" "${pair#*:}" >/dev/null
+  done
+  buildah config --entrypoint "[\"$entrypoint\"]" --user "$user" --workingdir / "$c"
+  buildah commit --quiet --rm "$c" "$name" >/dev/null
+  say "built $name ($(buildah images --format '{{.Size}}' "$name" | head -1))"
+}
+if [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]]; then
+  po="$CACHE/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/bin"
+  binary_image "$PROM_OPERATOR" 65534:65534 /bin/operator "$po/operator:/bin/operator"
+  binary_image "$PROM_RELOADER" 65534:65534 /bin/prometheus-config-reloader \
+    "$po/prometheus-config-reloader:/bin/prometheus-config-reloader"
+  # Prometheus's data directory /prometheus is the operator's volume; its pod runs as the
+  # Prometheus resource's securityContext says (the operator's default: 1000, fsGroup 2000).
+  pb="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"
+  binary_image "$PROMETHEUS" 65534:65534 /bin/prometheus \
+    "$pb/prometheus:/bin/prometheus" "$pb/promtool:/bin/promtool"
 fi
 
 # base -----------------------------------------------------------------------------------
@@ -115,6 +152,7 @@ python3 "$here/prune-images.py"
 
 loads=("$PAUSE" "$OPERATOR" "$RUNTIME")
 [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && loads+=("$KUEUE")
+[[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] && loads+=("$PROM_OPERATOR" "$PROM_RELOADER" "$PROMETHEUS")
 if [[ -n $variant ]]; then
   name="${OPERATOR%:*}:$variant"
   # Made again whenever the operator image changed (the variant records which it copies).

@@ -154,7 +154,47 @@ def load_alert_groups() -> list[dict[str, Any]]:
 # --- Prometheus ------------------------------------------------------------------------------
 
 
-class Prometheus:
+class PrometheusAPI:
+    """Prometheus's HTTP API at ``url``: a server this test runs, or one in the cluster."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def log(self) -> str:
+        return ""
+
+    def api(self, path: str, params: dict[str, str]) -> Any:
+        """GET /api/v1/<path>; returns `data`, raises with Prometheus's error otherwise."""
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                body = json.loads(resp.read())
+        except urllib.error.HTTPError as err:
+            body = json.loads(err.read() or b"{}")
+        if body.get("status") != "success":
+            raise AssertionError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        result: list[dict[str, Any]] = self.api("query", params)["result"]
+        return result
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.api(
+            "query_range",
+            {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step}s"},
+        )["result"]
+        return result
+
+    def targets(self) -> list[dict[str, Any]]:
+        active: list[dict[str, Any]] = self.api("targets", {})["activeTargets"]
+        return active
+
+
+class Prometheus(PrometheusAPI):
     """A real Prometheus server on 127.0.0.1, its data in a temporary directory.
 
     Use as a context manager: the server is killed by PID (its own process group) on exit.
@@ -169,7 +209,7 @@ class Prometheus:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = port
-        self.url = f"http://127.0.0.1:{port}"
+        super().__init__(f"http://127.0.0.1:{port}")
         self.config_path = workdir / "prometheus.yml"
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = workdir / "prometheus.log"
@@ -219,32 +259,3 @@ class Prometheus:
             time.sleep(0.2)
         raise AssertionError(f"prometheus not ready after {timeout}s:\n{self.log()}")
 
-    def api(self, path: str, params: dict[str, str]) -> Any:
-        """GET /api/v1/<path>; returns `data`, raises with Prometheus's error otherwise."""
-        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        try:
-            with urllib.request.urlopen(url, timeout=30) as resp:
-                body = json.loads(resp.read())
-        except urllib.error.HTTPError as err:
-            body = json.loads(err.read() or b"{}")
-        if body.get("status") != "success":
-            raise AssertionError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}")
-        return body["data"]
-
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        params = {"query": expr}
-        if at is not None:
-            params["time"] = f"{at:.3f}"
-        result: list[dict[str, Any]] = self.api("query", params)["result"]
-        return result
-
-    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.api(
-            "query_range",
-            {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step}s"},
-        )["result"]
-        return result
-
-    def targets(self) -> list[dict[str, Any]]:
-        active: list[dict[str, Any]] = self.api("targets", {})["activeTargets"]
-        return active

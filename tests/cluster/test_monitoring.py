@@ -1,8 +1,8 @@
-"""Monitoring as users see it: a real Prometheus finds the job's pods and the operator
-through the cluster's API server (kubernetes_sd_configs, with the chart's
-files/scrape-configs.yaml, the equivalent of its PodMonitor and ServiceMonitor), every
-query of the chart's dashboard returns data from a real job in real pods, and the chart's
-alerts fire when their cause is injected and resolve after.
+"""Monitoring as users see it: the cluster's Prometheus, run by the Prometheus Operator
+(`make cluster MONITORING=1`), scrapes the job's pods and the operator through the chart's
+own PodMonitor and ServiceMonitor and evaluates the chart's own PrometheusRule; every query
+of the chart's dashboard returns data from a real job in real pods, and the chart's alerts
+fire when their cause is injected and resolve after.
 
 The cause: a worker of a job with `minReplicasToAggregate` < R is kept away (its pod
 deleted, its replacement unschedulable: the node is tainted). The job goes on at R-1 and
@@ -12,19 +12,19 @@ A second job, under `restartPolicy: ExitCode`, loses its chief three times (pod 
 the backup keeps the global step moving): `SyncReplicasChiefRestartingRepeatedly` fires,
 and resolves once the restarts stop. On the way, a worker killed by a signal (a retryable
 exit under ExitCode) gets a new pod from the operator, counted once against
-`backoffLimit`. Alerts are evaluated with their `for:` cut to seconds and the chief-restart
-alert's windows scaled from 15 min / 1 h to 30 s / 3 min (the rules are otherwise the
-chart's file). One PNG per dashboard row, drawn from the same queries over the run, goes
-to reports/cluster-dashboard/ for a person to look at.
+`backoffLimit`. The chart's PrometheusRule is loaded as installed (every rule healthy);
+the alerts that must fire within the test are a copy of it in the test's namespace (a
+PrometheusRule the same Prometheus selects) with their `for:` cut to seconds and the
+chief-restart alert's windows scaled from 15 min / 1 h to 30 s / 2 min, each alert
+labelled `timing: quick`. One PNG per dashboard row, drawn from the same queries over the
+run, goes to reports/cluster-dashboard/ for a person to look at.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from tests.cluster.test_failures import (
 )
 
 sys.path.insert(0, str(kube.REPO / "tests" / "chart"))
-from chartlib import ALERTS_FILE, Prometheus
+from chartlib import Prometheus, PrometheusAPI
 from test_chart_dashboard import (
     MAY_BE_NAN,
     load_dashboard,
@@ -59,6 +59,9 @@ SCRAPE_CONFIGS = kube.CHART / "files" / "scrape-configs.yaml"
 PKI = kube.node.RUN / "pki"
 # Built by hack/cluster/build-binaries.sh: Debian's Prometheus has no kubernetes_sd_configs.
 PROMETHEUS_BIN = kube.node.CACHE / f"prometheus-{kube.node.VERSIONS['PROMETHEUS_VERSION']}" / "bin"
+# The Prometheus of hack/cluster/monitoring/prometheus.yaml (its StatefulSet's pod).
+PROMETHEUS_NAMESPACE, PROMETHEUS_POD = "monitoring", "prometheus-syncreplicas-0"
+QUICK = {"timing": "quick"}  # the label of the test's copies of the chart's alerts
 REPORT = kube.REPO / "reports" / "cluster-dashboard"
 TAINT = "syncreplicas.io/test=hold:NoSchedule"
 # Its panels have data only for jobs in a Kueue queue: their queries run against a real
@@ -67,47 +70,87 @@ TAINT = "syncreplicas.io/test=hold:NoSchedule"
 QUEUES_ROW = "Queues (Kueue)"
 
 
-def prometheus_config(rules: Path) -> dict[str, Any]:
-    """The chart's scrape configs, pointed at this cluster from outside it, scraping every
-    second."""
-    configs = yaml.safe_load(SCRAPE_CONFIGS.read_text())
-    for config in configs:
-        config.update({"scrape_interval": "1s", "scrape_timeout": "1s"})
-        for sd in config["kubernetes_sd_configs"]:
-            sd["api_server"] = kube.node.APISERVER
-            sd["tls_config"] = {"ca_file": str(PKI / "ca.crt"),
-                                "cert_file": str(PKI / "admin.crt"),
-                                "key_file": str(PKI / "admin.key")}  # fmt: skip
-    return {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(rules)],
-        "scrape_configs": configs,
-    }
+class ClusterPrometheus(PrometheusAPI):
+    """The cluster's Prometheus, reached at its pod's IP from the host."""
+
+    def log(self) -> str:
+        return kube.kubectl("logs", "-n", PROMETHEUS_NAMESPACE, PROMETHEUS_POD, "-c",
+                            "prometheus", "--tail=40", check=False).stdout
 
 
-def quick_rules(path: Path) -> Path:
-    """The chart's alerts with every `for:` cut to 5 s and the chief-restart windows
-    (15 min, offset 1 h: the only ones that long) to 30 s and 2 min (the test's three
-    restarts take about 75 s)."""
-    text = re.sub(r"^(\s+for:) .*$", r"\1 5s", ALERTS_FILE.read_text(), flags=re.MULTILINE)
-    text = text.replace("[15m]", "[30s]").replace("offset 1h", "offset 2m")
-    path.write_text(text)
-    return path
+@pytest.fixture(scope="module")
+def prometheus(cluster_up: None) -> ClusterPrometheus:
+    ip = kube.kubectl("get", "pod", PROMETHEUS_POD, "-n", PROMETHEUS_NAMESPACE, "-o",
+                      "jsonpath={.status.podIP}").stdout.strip()
+    server = ClusterPrometheus(f"http://{ip}:9090")
+    kube.eventually("the cluster's Prometheus answers", lambda: server.api("status/config", {}),
+                    60)  # fmt: skip
+    return server
+
+
+def chart_rule() -> dict[str, Any]:
+    """The chart's PrometheusRule as helm installed it."""
+    rules = kube.kubectl_json("get", "prometheusrules", "-n", kube.RELEASE_NAMESPACE)["items"]
+    assert len(rules) == 1, [r["metadata"]["name"] for r in rules]
+    return dict(rules[0])
+
+
+def quick_rule(namespace: str) -> dict[str, Any]:
+    """The chart's PrometheusRule's alerts, copied into ``namespace`` with every `for:` cut
+    to 5 s, the chief-restart windows (15 min, offset 1 h: the only ones that long) to 30 s
+    and 2 min (the test's three restarts take about 75 s), and each labelled QUICK. Its
+    recording rules stay the chart's alone (two groups recording one series would clash)."""
+    groups = []
+    for group in chart_rule()["spec"]["groups"]:
+        alerts = [rule for rule in group["rules"] if "alert" in rule]
+        for rule in alerts:
+            rule["for"] = "5s"
+            rule["expr"] = rule["expr"].replace("[15m]", "[30s]").replace("offset 1h",
+                                                                          "offset 2m")
+            rule["labels"] = {**rule.get("labels", {}), **QUICK}
+        if alerts:
+            groups.append({**group, "name": f"quick-{group['name']}", "rules": alerts})
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+            "metadata": {"name": "quick-alerts", "namespace": namespace},
+            "spec": {"groups": groups}}
+
+
+def rule_groups(prometheus: PrometheusAPI) -> dict[str, list[dict[str, Any]]]:
+    return {g["name"]: g["rules"] for g in prometheus.api("rules", {})["groups"]}
 
 
 @pytest.fixture
-def prometheus(cluster_up: None, tmp_path: Path) -> Iterator[Prometheus]:
-    server = Prometheus(prometheus_config(quick_rules(tmp_path / "alerts.yaml")),
-                        tmp_path / "prometheus", free_port(), PROMETHEUS_BIN)  # fmt: skip
-    with server:
-        server.wait_ready()
-        yield server
+def quick_alerts(namespace: str, prometheus: ClusterPrometheus) -> list[str]:
+    """The quick copy applied (gone with the namespace); the names of its groups. The
+    operator's reloader loads it within a minute or two, while the job starts."""
+    rule = quick_rule(namespace)
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(rule))
+    return [g["name"] for g in rule["spec"]["groups"]]
 
 
-def alert_state(prometheus: Prometheus, name: str, namespace: str) -> str:
+def _check_rules(prometheus: PrometheusAPI, quick: list[str]) -> None:
+    """Prometheus evaluates the chart's PrometheusRule, every rule healthy, and the test's
+    quick copy."""
+    chart = [g["name"] for g in chart_rule()["spec"]["groups"]]
+
+    def evaluated() -> dict[str, list[dict[str, Any]]] | None:
+        got = rule_groups(prometheus)
+        ours = [r for name in chart + quick for r in got.get(name, [None])]  # type: ignore[list-item]
+        return got if all(r and r.get("health") != "unknown" for r in ours) else None
+
+    groups = kube.eventually("Prometheus evaluates the chart's rules and the quick copy",
+                             evaluated, 240)  # fmt: skip
+    sick = [(name, r["name"], r.get("lastError")) for name in chart + quick
+            for r in groups[name] if r.get("health") != "ok"]  # fmt: skip
+    assert not sick, sick
+
+
+def alert_state(prometheus: PrometheusAPI, name: str, namespace: str) -> str:
+    """The state of the quick copy of alert ``name`` for ``namespace``."""
     for alert in prometheus.api("alerts", {})["alerts"]:
         labels = alert["labels"]
-        if labels.get("alertname") == name and labels.get("namespace") == namespace:
+        if labels.get("alertname") == name and labels.get("namespace") == namespace \
+                and labels.get("timing") == QUICK["timing"]:
             return str(alert["state"])
     return "inactive"
 
@@ -118,7 +161,8 @@ def degraded(namespace: str) -> str:
 
 
 @pytest.mark.timeout(900)
-def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: Prometheus) -> None:
+def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: ClusterPrometheus,
+                                                quick_alerts: list[str], tmp_path: Path) -> None:
     manifest = job(workers=1, replicasToAggregate=2, minReplicasToAggregate=1)
     manifest["spec"]["training"].update({"maxSteps": 100000, "checkpointEverySteps": 100})
     started = time.time()
@@ -126,7 +170,8 @@ def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: Prom
     try:
         kube.eventually("training passes step 50",
                         lambda: step_of(namespace, f"{JOB}-chief-0") >= 50, 180)
-        _check_targets(prometheus, namespace)
+        _check_targets(prometheus, namespace, tmp_path / "plain")
+        _check_rules(prometheus, quick_alerts)
 
         # A worker kept away: its pod deleted, its replacement unschedulable on every node.
         kube.kubectl("taint", "nodes", "--all", TAINT)
@@ -170,7 +215,7 @@ def chief_restarts(namespace: str) -> float | None:
 
 @pytest.mark.timeout(900)
 def test_chief_restarting_repeatedly_alert_and_exit_code_restarts(
-    namespace: str, prometheus: Prometheus
+    namespace: str, prometheus: ClusterPrometheus, quick_alerts: list[str]
 ) -> None:
     manifest = job(workers=2, replicasToAggregate=2)  # one backup replica
     manifest["spec"]["runPolicy"] = {"restartPolicy": "ExitCode", "backoffLimit": 3}
@@ -189,6 +234,7 @@ def test_chief_restarting_repeatedly_alert_and_exit_code_restarts(
         kube.eventually("the replacement is counted", lambda: status(namespace).get(
             "replicaStatuses", {}).get("worker", {}).get("restarts") == 1, 60)  # fmt: skip
 
+        _check_rules(prometheus, quick_alerts)
         # The chief's pod deleted three times in a row: the alert fires.
         times = []
         for n in (1, 2, 3):
@@ -217,16 +263,46 @@ def test_chief_restarting_repeatedly_alert_and_exit_code_restarts(
         raise AssertionError(f"{error}\n{described}\n{prometheus.log()[-2000:]}") from error
 
 
-def _check_targets(prometheus: Prometheus, namespace: str) -> None:
-    """Every replica pod and the operator are scraped, with the labels the chart's
-    PodMonitor and ServiceMonitor give them."""
-    def found() -> list[dict[str, Any]]:
-        targets = [t for t in prometheus.targets() if t["health"] == "up"]
-        jobs = [t for t in targets if t["labels"].get("namespace") == namespace]
-        operator = [t for t in targets if t["labels"].get("syncreplicas_component") == "operator"]
-        return jobs + operator if len(jobs) == 3 and operator else []
+def plain_config() -> dict[str, Any]:
+    """The chart's files/scrape-configs.yaml, pointed at this cluster from outside it."""
+    configs = yaml.safe_load(SCRAPE_CONFIGS.read_text())
+    for config in configs:
+        config.update({"scrape_interval": "1s", "scrape_timeout": "1s"})
+        for sd in config["kubernetes_sd_configs"]:
+            sd["api_server"] = kube.node.APISERVER
+            sd["tls_config"] = {"ca_file": str(PKI / "ca.crt"),
+                                "cert_file": str(PKI / "admin.crt"),
+                                "key_file": str(PKI / "admin.key")}  # fmt: skip
+    return {"global": {"scrape_interval": "1s"}, "scrape_configs": configs}
 
-    targets = kube.eventually("Prometheus scrapes the job's 3 pods and the operator", found, 60)
+
+def scraped(prometheus: PrometheusAPI, namespace: str) -> list[dict[str, Any]]:
+    """The up targets of the job's 3 pods and the operator, once all are there."""
+    targets = [t for t in prometheus.targets() if t["health"] == "up"]
+    jobs = [t for t in targets if t["labels"].get("namespace") == namespace]
+    operator = [t for t in targets if t["labels"].get("syncreplicas_component") == "operator"]
+    return jobs + operator if len(jobs) == 3 and operator else []
+
+
+def label_sets(targets: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Each target's labels but a job pod's `job` (the operator's names the PodMonitor)."""
+    return sorted(({k: v for k, v in t["labels"].items()
+                    if k != "job" or "syncreplicas_component" in t["labels"]}
+                   for t in targets), key=lambda labels: sorted(labels.items()))  # fmt: skip
+
+
+def _check_targets(prometheus: PrometheusAPI, namespace: str, workdir: Path) -> None:
+    """Every replica pod and the operator are scraped, with the labels the chart's
+    PodMonitor and ServiceMonitor give them; a plain Prometheus given the chart's
+    files/scrape-configs.yaml instead finds the same targets with the same labels (a job
+    pod's `job` aside)."""
+    targets = kube.eventually("Prometheus scrapes the job's 3 pods and the operator",
+                              lambda: scraped(prometheus, namespace), 60)  # fmt: skip
+    with Prometheus(plain_config(), workdir, free_port(), PROMETHEUS_BIN) as plain:
+        plain.wait_ready()
+        found = kube.eventually("the plain Prometheus scrapes them too",
+                                lambda: scraped(plain, namespace), 60)  # fmt: skip
+        assert label_sets(found) == label_sets(targets), (found, targets)
     labels = sorted((t["labels"]["replica_type"], t["labels"]["replica_index"],
                      t["labels"]["pod"], t["labels"]["syncreplicas_job"])
                     for t in targets if "replica_type" in t["labels"])  # fmt: skip
@@ -234,15 +310,16 @@ def _check_targets(prometheus: Prometheus, namespace: str) -> None:
                       ("worker", "0", f"{JOB}-worker-0", JOB)], labels  # fmt: skip
 
 
-def _check_dashboard(prometheus: Prometheus, namespace: str, start: float,
+def _check_dashboard(prometheus: PrometheusAPI, namespace: str, start: float,
                      end: float) -> list[dict[str, Any]]:  # fmt: skip
     """Every panel query, with the dashboard's variables as Grafana fills them in, returns
     data over the run."""
     jobs = prometheus.api("label/syncreplicas_job/values",
                           {"match[]": f'syncreplicas_global_step{{namespace="{namespace}"}}'})
     assert jobs == [JOB], jobs
-    variables = {"namespace": namespace, "job": JOB, "__rate_interval": "5s",
-                 "__interval": "1s", "__range": f"{int(end - start)}s",
+    # As Grafana fills them in for the chart's 2 s scrapes on this cluster.
+    variables = {"namespace": namespace, "job": JOB, "__rate_interval": "8s",
+                 "__interval": "2s", "__range": f"{int(end - start)}s",
                  "datasource": "prometheus"}  # fmt: skip
     empty, results = [], []
     row = ""

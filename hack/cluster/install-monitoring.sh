@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs the Prometheus Operator (PROMETHEUS_OPERATOR_VERSION of versions.env) into the
+# local cluster as its users do: the release's bundle.yaml (its CRDs, the operator's
+# Deployment, ServiceAccount and RBAC; module github.com/prometheus-operator/
+# prometheus-operator) in the namespace monitoring, with the release's example RBAC for
+# Prometheus (example/rbac/prometheus), rendered by `kubectl kustomize` and applied
+# server-side. Then monitoring/prometheus.yaml: a Prometheus that selects every
+# PodMonitor, ServiceMonitor and PrometheusRule (the chart's among them), once it is Ready.
+# The images are images.sh's (SYNCREPLICAS_MONITORING=1), under the names the bundle and
+# the operator use. Idempotent. Run before install-chart.sh: the chart renders its monitors
+# only where the cluster serves monitoring.coreos.com/v1.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+. "$here/versions.env"
+export KUBECONFIG="${KUBECONFIG:-$repo/.cluster/kubeconfig}"
+kubectl="$repo/.tools/bin/kubectl"
+ns=monitoring
+t=$SECONDS
+
+say() { echo "monitoring: $*"; }
+fail() {
+  echo "monitoring: $*" >&2
+  "$kubectl" -n "$ns" get deploy,statefulset,pods -o wide >&2 || true
+  "$kubectl" -n "$ns" logs deploy/prometheus-operator --tail=30 >&2 || true
+  exit 1
+}
+
+module="$(cd "$here/prometheus-operator" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' \
+  github.com/prometheus-operator/prometheus-operator)"
+[[ -f "$module/bundle.yaml" ]] || { echo "monitoring: no $module/bundle.yaml" >&2; exit 1; }
+# The bundle names the operator's and the reloader's images by the release's version.
+grep -q "prometheus-operator:$PROMETHEUS_OPERATOR_VERSION\$" "$module/bundle.yaml" \
+  || { echo "monitoring: $module/bundle.yaml is not $PROMETHEUS_OPERATOR_VERSION's" >&2; exit 1; }
+
+# Render ---------------------------------------------------------------------------------
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cp "$module/bundle.yaml" "$work/"
+cp "$module"/example/rbac/prometheus/prometheus-{service-account,cluster-role,cluster-role-binding}.yaml "$work/"
+cat > "$work/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: $ns
+resources:
+- bundle.yaml
+- prometheus-service-account.yaml
+- prometheus-cluster-role.yaml
+- prometheus-cluster-role-binding.yaml
+EOF
+"$kubectl" kustomize "$work" > "$work/install.yaml"
+
+# Apply and wait -------------------------------------------------------------------------
+"$kubectl" create namespace "$ns" --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
+# Server-side: the CRDs are too large for a client-side apply's annotation.
+"$kubectl" apply --server-side --force-conflicts -f "$work/install.yaml" >/dev/null
+"$kubectl" wait --for=condition=Established --timeout=60s \
+  crd/prometheuses.monitoring.coreos.com crd/podmonitors.monitoring.coreos.com \
+  crd/servicemonitors.monitoring.coreos.com crd/prometheusrules.monitoring.coreos.com \
+  >/dev/null || fail "the CRDs are not established"
+"$kubectl" -n "$ns" rollout status deploy/prometheus-operator --timeout=3m >/dev/null \
+  || fail "deployment prometheus-operator did not roll out"
+sed "s/\${PROMETHEUS_VERSION}/$PROMETHEUS_VERSION/g" "$here/monitoring/prometheus.yaml" \
+  | "$kubectl" apply --server-side -f - >/dev/null
+"$kubectl" -n "$ns" wait --for=condition=Available prometheus/syncreplicas --timeout=3m \
+  >/dev/null || fail "Prometheus syncreplicas is not Available"
+say "the Prometheus Operator $PROMETHEUS_OPERATOR_VERSION and Prometheus $PROMETHEUS_VERSION ready in $((SECONDS - t)) s"
