@@ -17,8 +17,10 @@ from tests.cluster import kube
 @pytest.mark.timeout(1800)
 def test_down_leaves_nothing_behind_and_make_cluster_restores_it(cluster_up: None) -> None:
     count = len(kube.kubectl_json("get", "nodes")["items"])
-    # The cluster as it was: with Kueue if it had it (make test's has).
+    # The cluster as it was: with Kueue and monitoring if it had them (make test's has).
     had_kueue = kube.kubectl("get", "namespace", "kueue-system", check=False).returncode == 0
+    had_monitoring = kube.kubectl("get", "namespace", "monitoring",
+                                  check=False).returncode == 0  # fmt: skip
     down = kube.cluster("down")
     assert "down in" in down.stdout, down.stdout
     left = kube.cluster("leftovers", check=False)
@@ -26,7 +28,8 @@ def test_down_leaves_nothing_behind_and_make_cluster_restores_it(cluster_up: Non
     assert not kube.KUBECONFIG.exists()
 
     up = subprocess.run(["make", "--no-print-directory", "cluster", f"NODES={count}",
-                         *(["KUEUE=1"] if had_kueue else [])],
+                         *(["KUEUE=1"] if had_kueue else []),
+                         *(["MONITORING=1"] if had_monitoring else [])],
                         cwd=kube.REPO, capture_output=True, text=True, timeout=900,
                         check=False)  # fmt: skip
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
@@ -42,4 +45,10 @@ def test_down_leaves_nothing_behind_and_make_cluster_restores_it(cluster_up: Non
         kueue = kube.kubectl_json("get", "deployment", "kueue-controller-manager",
                                   "-n", "kueue-system")  # fmt: skip
         assert kueue["status"].get("availableReplicas") == 1, kueue["status"]
+    if had_monitoring:
+        prometheus = kube.kubectl_json("get", "prometheus", "syncreplicas", "-n", "monitoring")
+        available = (kube.condition(prometheus, "Available") or {}).get("status")
+        assert available == "True", prometheus["status"]
+        assert kube.kubectl("get", "podmonitor", "-n", kube.RELEASE_NAMESPACE,
+                            "-o", "name").stdout.strip(), "the chart's PodMonitor is back"
     assert kube.leader_pod(), "an operator replica leads"
