@@ -204,3 +204,21 @@ for name in "${loads[@]}"; do
   rm -f "$work/image.tar"
   say "loaded $name into ${#todo[@]} node(s) in $((SECONDS - t)) s"
 done
+
+# Old images off every node ----------------------------------------------------------------
+# A name loaded again moves to the new image; the old one stays under its ID (a
+# `sha256:...` reference the CRI keeps), with its unpacked layers: gigabytes per node for
+# each runtime image replaced (the kubelet's image GC is off here). Those references whose
+# image no name points at are removed; containerd keeps what a container still uses.
+for line in "${nodes[@]}"; do
+  node="${line%% *}"; sock="${line#* }"
+  listing="$(ctr --address "$sock" -n k8s.io images ls)"
+  named="$(awk 'NR > 1 && $1 !~ /^sha256:/ {print $3}' <<< "$listing" | sort -u)"
+  stale=()
+  while read -r ref digest; do
+    grep -qx "$digest" <<< "$named" || stale+=("$ref")
+  done < <(awk 'NR > 1 && $1 ~ /^sha256:/ {print $1, $3}' <<< "$listing")
+  ((${#stale[@]})) || continue
+  ctr --address "$sock" -n k8s.io images rm "${stale[@]}" >/dev/null
+  say "removed ${#stale[@]} old image(s) from $node"
+done
