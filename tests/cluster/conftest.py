@@ -1,5 +1,6 @@
-"""The cluster tests run against the single-node cluster of `make cluster` (real API server,
-kubelet, containerd, CoreDNS), with the chart installed and both images loaded.
+"""The cluster tests run against the cluster of `make cluster` (real API server, kubelets,
+containerd, CoreDNS, kube-router; four nodes, Kueue and the Prometheus Operator under
+`make test`), with the chart installed and both images loaded.
 
 `make test` brings it up first and sets SYNCREPLICAS_REQUIRE_CLUSTER=1: then a missing
 cluster fails these tests. Elsewhere (a plain `pytest`) they are skipped with the command
