@@ -156,32 +156,6 @@ def test_a_replica_whose_pod_is_gone_goes_to_a_ready_spare_not_a_new_pod() -> No
 
 
 @pytest.mark.parametrize(
-    ("old", "assigned"),
-    [
-        ({"deleting": True, "phase": "Failed", "exit_code": 143}, True),  # exited, going
-        ({"deleting": True, "phase": "Running"}, False),  # still stopping: wait for it
-        ({"deleting": True, "phase": "Succeeded", "exit_code": 0}, True),
-    ],
-)
-def test_a_spare_takes_a_replica_once_its_old_process_exited_before_its_pod_is_gone(
-    old: dict[str, Any], assigned: bool
-) -> None:
-    """The old pod's object lingers about a second after its container exited: the spare
-    need not wait for it; while the old process may still run (its SIGTERM handover), it
-    does. A new pod never takes a name whose old pod is still there."""
-    pods = [replace(p, **old) if p.name == "j-worker-1" else p for p in pods_of(JOB)]
-    for spares_there in ((spare(),), ()):
-        ctx = context(JOB, pods, spares=spares_there)
-        reconcile_children(ctx)
-        assigns = [(a.spare, a.replica) for a in ctx.actions if isinstance(a, AssignSpare)]
-        assert assigns == ([("j-spare-0", "worker-1")] if assigned and spares_there else [])
-        assert not [a for a in ctx.actions if isinstance(a, CreateChild) and a.kind == "Pod"]
-        if assigns:
-            holder = ctx.holder(naming.WORKER, 1)
-            assert holder is not None and holder.name == "j-spare-0"
-
-
-@pytest.mark.parametrize(
     ("why", "changes"),
     [
         ("not ready", {"ready": False}),

@@ -124,22 +124,17 @@ def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
     for replica_type, count in ctx.spec.replica_counts().items():
         for index in range(count):
             name = naming.replica_name(job.name, replica_type, index)
-            held = ctx.holder(replica_type, index)
-            if held is not None and not (held.deleting and held.exit_code is not None):
+            if ctx.holder(replica_type, index) is not None:
                 continue  # present, or still terminating: never create over it
             if restarting_job and replica_type == naming.WORKER and not ps_up:
                 continue  # RestartJob: workers wait for the new parameter servers
             if cluster is None:
                 cluster = manifests.job_cluster(job)
-            # A replica whose process has exited while its pod object is not gone yet (the
-            # kubelet removes it about a second later) may go to a ready spare now; a new
-            # pod waits for the name.
-            taken = not restarting_job and spares.take_spare(
+            if not restarting_job and spares.take_spare(
                 ctx, replica_type, index, incarnation, cluster
-            )
-            if taken and unexplained and name in ctx.observed.services:
-                replaced.append(name)
-            if taken or held is not None:
+            ):
+                if unexplained and name in ctx.observed.services:
+                    replaced.append(name)
                 continue
             annotations = {}
             if restarting_job and replica_type != naming.CHIEF:
