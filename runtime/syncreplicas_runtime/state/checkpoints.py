@@ -64,7 +64,7 @@ def save_checkpoint(sess: Any, training: TrainingGraph, checkpoint_dir: str, ste
     superseded never makes its late checkpoint visible. A failed fence raises, as every
     fenced run does."""
     os.makedirs(checkpoint_dir, exist_ok=True)
-    if refused(checkpoint_dir, step, log):
+    if _refused(checkpoint_dir, step, log):
         return None
     staging = ckptfiles.staging_dir(checkpoint_dir, step)
     try:
@@ -73,7 +73,7 @@ def save_checkpoint(sess: Any, training: TrainingGraph, checkpoint_dir: str, ste
             write_meta_graph=False, write_state=False))
         if training.fence is not None:
             sess.run(training.fence.check)  # still this chief's slot, now the write is done
-        if refused(checkpoint_dir, step, log):
+        if _refused(checkpoint_dir, step, log):
             return None
         path = ckptfiles.commit(checkpoint_dir, staged)
     finally:
@@ -82,7 +82,8 @@ def save_checkpoint(sess: Any, training: TrainingGraph, checkpoint_dir: str, ste
     return path
 
 
-def refused(checkpoint_dir: str, step: int, log: Callable[[str], None]) -> bool:
+def _refused(checkpoint_dir: str, step: int, log: Callable[[str], None]) -> bool:
+    """True (and a log line) when the directory holds a checkpoint newer than ``step``."""
     newest = ckptfiles.newest_checkpoint_step(os.listdir(checkpoint_dir))
     if newest is not None and step < newest:
         log(f"checkpoint at global step {step} refused: {checkpoint_dir} holds one at global "

@@ -28,6 +28,7 @@ KEEP = 3  # checkpoints kept in the directory: the newest three
 PREFIX = "model.ckpt"
 STAGING = ".staging-"
 _INDEX = re.compile(re.escape(PREFIX) + r"-(\d+)\.index")
+_FILE = re.compile(re.escape(PREFIX) + r"-(\d+)\.(index|data-.*)")
 _STAGED = re.compile(re.escape(STAGING) + r"(\d+)-[0-9a-f]+")
 
 
@@ -51,13 +52,12 @@ def staging_dir(directory: str, step: int) -> str:
 
 def commit(directory: str, staged_prefix: str) -> str:
     """Move the staged checkpoint ``staged_prefix`` (``<staging>/model.ckpt-N``) into
-    ``directory``: data files first, the index last. Returns its final prefix."""
+    ``directory``: data files first, the index last. Returns its final prefix; the staging
+    directory is the caller's to discard."""
     staging, name = os.path.split(staged_prefix)
-    files = sorted(f for f in os.listdir(staging) if f.startswith(name + "."))
-    files.sort(key=lambda f: f.endswith(".index"))  # the index last: it makes it whole
-    for f in files:
+    files = [f for f in os.listdir(staging) if f.startswith(name + ".")]
+    for f in sorted(files, key=lambda f: (f.endswith(".index"), f)):  # the index makes it whole
         os.replace(os.path.join(staging, f), os.path.join(directory, f))
-    shutil.rmtree(staging, ignore_errors=True)
     return os.path.join(directory, name)
 
 
@@ -72,14 +72,11 @@ def tidy(directory: str, keep: int = KEEP) -> list[int]:
     names = os.listdir(directory)
     steps = checkpoint_steps(names)
     kept, dropped = steps[-keep:], set(steps[:-keep])
+    doomed = [(m[2] != "index", name) for name in names
+              if (m := _FILE.fullmatch(name)) and int(m[1]) in dropped]
+    for _, name in sorted(doomed):  # the indexes first: no half checkpoint is left visible
+        _remove(os.path.join(directory, name))
     for name in names:
-        m = re.fullmatch(re.escape(PREFIX) + r"-(\d+)\.(index|data-.*)", name)
-        if m and int(m[1]) in dropped and m[2] == "index":
-            _remove(os.path.join(directory, name))  # the index first: no half checkpoint
-    for name in names:
-        m = re.fullmatch(re.escape(PREFIX) + r"-(\d+)\.data-.*", name)
-        if m and int(m[1]) in dropped:
-            _remove(os.path.join(directory, name))
         staged = _STAGED.fullmatch(name)
         if staged and kept and int(staged[1]) < kept[-1]:
             discard(os.path.join(directory, name))
