@@ -69,35 +69,27 @@ if ! exists "$PAUSE"; then
   say "built $PAUSE"
 fi
 
-# kueue ----------------------------------------------------------------------------------
-# What its Dockerfile makes, on scratch instead of distroless/static:nonroot: the manager
-# is static and talks only to the API server, with the service account's CA.
-if [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && ! exists "$KUEUE"; then
-  kueue_bin="$CACHE/kueue-$KUEUE_VERSION/bin/manager"
-  [[ -x "$kueue_bin" ]] || { echo "images: $kueue_bin missing: run SYNCREPLICAS_KUEUE=1 build-binaries.sh" >&2; exit 1; }
-  c="$(buildah from scratch)"
-  buildah copy --quiet "$c" "$kueue_bin" /manager >/dev/null
-  buildah config --entrypoint '["/manager"]' --user 65532:65532 --workingdir / "$c"
-  buildah commit --quiet --rm "$c" "$KUEUE" >/dev/null
-  say "built $KUEUE ($(buildah images --format '{{.Size}}' "$KUEUE" | head -1))"
-fi
-
-# monitoring -----------------------------------------------------------------------------
-# The Prometheus Operator's images and Prometheus's, on scratch instead of their busybox
-# base: every binary is static, and nothing the operator deploys runs a shell.
+# images of one static binary ----------------------------------------------------------
+# Kueue's manager and the Prometheus Operator's, its reloader's and Prometheus's images, on
+# scratch instead of their distroless or busybox bases: each binary is static, talks only
+# to the API server (with the service account's CA) or scrapes, and nothing runs a shell.
 binary_image() {  # binary_image NAME USER ENTRYPOINT SRC:DST...
   local name="$1" user="$2" entrypoint="$3" c pair
   shift 3
   exists "$name" && return 0
   c="$(buildah from scratch)"
   for pair in "$@"; do
-    [[ -e "${pair%%:*}" ]] || { echo "images: ${pair%%:*} missing: run SYNCREPLICAS_MONITORING=1 build-binaries.sh" >&2; exit 1; }
+    [[ -e "${pair%%:*}" ]] || { echo "images: ${pair%%:*} missing: run build-binaries.sh with the same SYNCREPLICAS_KUEUE / SYNCREPLICAS_MONITORING" >&2; exit 1; }
     buildah copy --quiet "$c" "${pair%%:*}" "${pair#*:}" >/dev/null
   done
   buildah config --entrypoint "[\"$entrypoint\"]" --user "$user" --workingdir / "$c"
   buildah commit --quiet --rm "$c" "$name" >/dev/null
   say "built $name ($(buildah images --format '{{.Size}}' "$name" | head -1))"
 }
+if [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]]; then
+  # As its Dockerfile makes it: /manager, user 65532.
+  binary_image "$KUEUE" 65532:65532 /manager "$CACHE/kueue-$KUEUE_VERSION/bin/manager:/manager"
+fi
 if [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]]; then
   po="$CACHE/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/bin"
   binary_image "$PROM_OPERATOR" 65534:65534 /bin/operator "$po/operator:/bin/operator"

@@ -143,8 +143,10 @@ def _check_rules(prometheus: PrometheusAPI, quick: list[str]) -> None:
 
     def evaluated() -> dict[str, list[dict[str, Any]]] | None:
         got = rule_groups(prometheus)
-        ours = [r for name in chart + quick for r in got.get(name, [None])]  # type: ignore[list-item]
-        return got if all(r and r.get("health") != "unknown" for r in ours) else None
+        if not set(chart + quick) <= set(got):
+            return None
+        return got if all(r.get("health") != "unknown" for name in chart + quick
+                          for r in got[name]) else None  # fmt: skip
 
     groups = kube.eventually("Prometheus evaluates the chart's rules and the quick copy",
                              evaluated, 240)  # fmt: skip
