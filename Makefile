@@ -15,7 +15,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 CLUSTER := hack/cluster
 RELEASE_NS := syncreplicas-system
 
-.PHONY: help venv tools prometheus chromium test test-fast lint demo bench crds chart clean \
+.PHONY: help venv tools prometheus chromium screenshots test test-fast lint demo bench crds chart clean \
 	cluster cluster-down cluster-binaries cluster-images
 
 help:
@@ -30,10 +30,12 @@ help:
 	@echo "                    (.cluster/kubeconfig); NODES=N converges a running one to N;"
 	@echo "                    KUEUE=1 also installs Kueue (its ClusterQueue syncreplicas);"
 	@echo "                    MONITORING=1 the Prometheus Operator and its Prometheus,"
-	@echo "                    which reads the chart's monitors and alerts;"
+	@echo "                    which reads the chart's monitors and alerts, and Perses"
+	@echo "                    serving the chart's dashboard;"
 	@echo "                    HOLLOW_NODES=N runs N kubemark hollow nodes beside them (0"
 	@echo "                    removes them; unset: left as they are, none on a new cluster)"
 	@echo "make cluster-down - stop it and remove everything it made"
+	@echo "make screenshots  - the README's pictures of the dashboard, from a real run"
 
 venv: $(VENV)/.installed
 
@@ -116,8 +118,9 @@ chart: tools
 # A multi-node cluster from upstream sources (hack/cluster/README.md). Idempotent; NODES=N
 # converges a running cluster to N nodes (default: as many as run, else 3); HOLLOW_NODES=N
 # to N kubemark hollow nodes (unset: left as they are, none on a new cluster); KUEUE=1 also
-# builds and installs Kueue (install-kueue.sh); MONITORING=1 the Prometheus Operator and a
-# Prometheus that reads the chart's monitors and rules (install-monitoring.sh).
+# builds and installs Kueue (install-kueue.sh); MONITORING=1 the Prometheus Operator, a
+# Prometheus that reads the chart's monitors and rules, and Perses with the chart's
+# dashboard (install-monitoring.sh).
 CLUSTER_ENV := $(if $(filter 1,$(KUEUE)),SYNCREPLICAS_KUEUE=1) \
 	$(if $(filter 1,$(MONITORING)),SYNCREPLICAS_MONITORING=1)
 cluster: tools
@@ -137,7 +140,17 @@ cluster: tools
 	@echo "  kubectl get srj -w"
 	@echo "  kubectl get nodes    # python3 $(CLUSTER)/cluster.py node NAME crash|partition|heal|start|drain|preempt"
 	$(if $(filter 1,$(MONITORING)),@echo "  Prometheus: http://$$($(TOOLS)/kubectl --kubeconfig .cluster/kubeconfig -n monitoring get pod prometheus-syncreplicas-0 -o jsonpath='{.status.podIP}'):9090 from this host")
+	$(if $(filter 1,$(MONITORING)),@echo "  Perses (the dashboard): http://$$($(TOOLS)/kubectl --kubeconfig .cluster/kubeconfig -n monitoring get pod -l app.kubernetes.io/name=perses -o jsonpath='{.items[0].status.podIP}'):8080/projects/syncreplicas/dashboards/syncreplicas-training from this host (elsewhere: kubectl -n monitoring port-forward svc/perses 8080)")
 	@echo "  make cluster-down    # stop it"
+
+# The README's pictures of the dashboard (docs/images/dashboard-*.png): Perses drawing it
+# in Chromium during a real run (tests/cluster/test_dashboard_browser.py), on the cluster of
+# `make cluster MONITORING=1 KUEUE=1` (made when none runs).
+screenshots: venv tools
+	python3 $(CLUSTER)/cluster.py is-up || $(MAKE) --no-print-directory cluster KUEUE=1 MONITORING=1
+	SYNCREPLICAS_SCREENSHOTS=$(CURDIR)/docs/images SYNCREPLICAS_REQUIRE_CLUSTER=1 \
+		$(PY) -m pytest tests/cluster/test_dashboard_browser.py --tb=short -q
+	@ls -l docs/images/dashboard-*.png
 
 cluster-down:
 	python3 $(CLUSTER)/cluster.py down

@@ -54,6 +54,10 @@ def test_queue_wait_histogram_and_queued_jobs_gauge_by_queue() -> None:
     assert value(registry, "syncreplicas_operator_queued_jobs", **q) == 0
     assert value(registry, "syncreplicas_operator_queued_jobs", job_namespace="b",
                  local_queue="lq") == 1  # fmt: skip
+    # A wait's series is there, at zero, from the wait's start: the observation at
+    # admission is an increase to Prometheus.
+    assert value(registry, "syncreplicas_operator_queue_wait_seconds_count",
+                 job_namespace="b", local_queue="lq") == 0  # fmt: skip
 
 
 def test_fresh_registries_do_not_share_state() -> None:

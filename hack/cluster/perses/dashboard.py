@@ -8,8 +8,8 @@ names as its datasource. In Perses a dashboard without a datasource reference re
 project's default datasource of the query's kind, which is what the picker chose in
 Grafana, so `finish` drops the variable and the references to it. migrate also leaves
 out the dashboard's refresh interval (Grafana's `refresh`), which `finish` copies to
-Perses' `refreshInterval`. Everything else is migrate's own output; `not_migrated` lists what was left behind, so a test can hold the
-list to what is explained here.
+Perses' `refreshInterval`. Everything else is migrate's own output; `not_migrated` finds
+any placeholder migrate left behind, and the script refuses to write a dashboard with one.
 
 Run: python3 dashboard.py --percli BIN --plugins DIR [--project P] GRAFANA_JSON > OUT.json
 (DIR: the plugins unpacked, as the server unpacks its archives). The chart ships the
@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with open(args.grafana, encoding="utf-8") as f:
         grafana = json.load(f)
-    dashboard = finish(migrate(args.percli, args.plugins, args.grafana), grafana, project=args.project)
+    migrated = migrate(args.percli, args.plugins, args.grafana)
+    dashboard = finish(migrated, grafana, project=args.project)
     left = not_migrated(dashboard)
     if left:
         print(f"dashboard.py: not migrated: {', '.join(left)}", file=sys.stderr)

@@ -123,6 +123,10 @@ class OperatorMetrics:
             self._queued.pop(key, None)
         else:
             self._queued[key] = queued_in
+        if queued_in is not None and phase is not None:
+            # The wait's series exists (at zero) from the start of a wait: the observation at
+            # admission is then an increase Prometheus sees, not a new series' first sample.
+            self.queue_wait_seconds.labels(job_namespace=namespace, local_queue=queued_in)
         for queue in {before, self._queued.get(key)} - {None}:
             assert queue is not None
             waiting = sum(ns == namespace and q == queue for (ns, _), q in self._queued.items())

@@ -1,0 +1,160 @@
+"""The dashboard as a person sees it: Perses (`make cluster MONITORING=1`) drawing the
+chart's dashboard in headless Chromium (Debian's, driven by Playwright), read back panel
+by panel from the page.
+
+A panel is in one of four states once it settles:
+- ``data``: drawn with data: a stat's value, or a time series chart with at least one
+  series in its legend;
+- ``error``: Perses shows the query's error in the panel (an alert: Prometheus' message);
+- ``empty``: drawn and says "No data";
+- ``loading``: anything else (a skeleton, a chart whose legend is not there yet).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.cluster import kube
+
+NAMESPACE = "monitoring"
+PROJECT = "syncreplicas"
+DASHBOARD = "syncreplicas-training"
+# As this machine runs Chromium as root with no network beyond the cluster: without the
+# background-networking flags it keeps trying Google's hosts.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]  # fmt: skip
+# Tall enough for every row: Perses draws a panel only once it is in the viewport.
+VIEWPORT = {"width": 1600, "height": 3000}
+
+# Every panel of the page: its title, row, and what its body shows.
+_PANELS_JS = """() => Array.from(document.querySelectorAll('[data-testid="panel"]')).map(p => {
+  const body = p.querySelector('.MuiCardContent-root') ?? p;
+  const group = p.closest('[data-testid="panel-group"]');
+  const header = group?.querySelector('[data-testid="panel-group-header"]');
+  return {
+    title: p.querySelector('h6')?.textContent ?? '',
+    row: header?.textContent?.trim() ?? '',
+    error: Array.from(p.querySelectorAll('[role=alert]')).map(a => a.textContent).join(' | '),
+    canvases: body.querySelectorAll('canvas').length,
+    series: body.querySelectorAll('[data-testid="virtuoso-item-list"] > *').length,
+    legend: body.querySelectorAll('[data-testid="virtuoso-scroller"]').length,
+    text: body.innerText.trim().slice(0, 200),
+  };
+})"""
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    row: str
+    state: str  # data, error, empty, loading
+    detail: str
+
+
+def classify(raw: dict[str, Any]) -> Panel:
+    """One panel's state from what the page shows (see the module's docstring)."""
+    text = str(raw["text"])
+    if raw["error"]:
+        state, detail = "error", str(raw["error"])
+    elif text == "No data":
+        state, detail = "empty", text
+    elif raw["canvases"] and raw["legend"]:  # a time series chart with its legend table
+        state = "data" if raw["series"] else "loading"
+        detail = f"{raw['series']} series"
+    elif raw["canvases"] and text:  # a stat: its value
+        state, detail = "data", text
+    else:
+        state, detail = "loading", text
+    return Panel(str(raw["title"]), str(raw["row"]), state, detail)
+
+
+def url() -> str:
+    """Perses' address from the host: its pod's IP (as `make cluster` prints it)."""
+    ip = kube.kubectl("get", "pod", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=perses",
+                      "-o", "jsonpath={.items[0].status.podIP}").stdout.strip()  # fmt: skip
+    return f"http://{ip}:8080"
+
+
+def api(base: str, path: str, body: Any = None, method: str = "GET") -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{base}/api/v1/{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        raw = response.read()
+    return json.loads(raw) if raw else None
+
+
+def series(base: str, query: str) -> int:
+    """How many series ``query`` returns now, asked through Perses' proxy to the project's
+    Prometheus datasource (the path every panel's query takes)."""
+    path = f"/proxy/projects/{PROJECT}/datasources/prometheus/api/v1/query"
+    link = f"{base}{path}?{urllib.parse.urlencode({'query': query})}"
+    with urllib.request.urlopen(link, timeout=30) as response:
+        return len(json.loads(response.read())["data"]["result"])
+
+
+def dashboard_url(base: str, name: str, variables: dict[str, str], start: float,
+                  end: float) -> str:  # fmt: skip
+    """The dashboard over [start, end] (epoch seconds) with its variables set, as a link
+    from Perses' time picker and variable bar reads."""
+    query = [f"start={int(start * 1000)}", f"end={int(end * 1000)}", "refresh=0s"]
+    query += [f"var-{key}={value}" for key, value in variables.items()]
+    return f"{base}/projects/{PROJECT}/dashboards/{name}?{'&'.join(query)}"
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A headless Chromium page of VIEWPORT's size."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.set_default_timeout(60_000)
+            yield page
+        finally:
+            browser.close()
+
+
+def panels(page: Any) -> list[Panel]:
+    return [classify(raw) for raw in page.evaluate(_PANELS_JS)]
+
+
+def settle(page: Any, link: str, expected: int, timeout: float = 90) -> list[Panel]:
+    """Open ``link`` and wait until all ``expected`` panels have left ``loading`` and read
+    the same twice in a row; their states then (still loading ones as they are)."""
+    page.goto(link, wait_until="networkidle")
+    deadline = time.monotonic() + timeout
+    last: list[Panel] = []
+    while True:
+        time.sleep(1.5)
+        now = panels(page)
+        done = len(now) >= expected and all(p.state != "loading" for p in now)
+        if (done and now == last) or time.monotonic() > deadline:
+            return now
+        last = now
+
+
+def problems(found: list[Panel], expected_titles: list[str]) -> list[str]:
+    """Every panel not drawn with data, and every expected panel not on the page."""
+    out = [f"{p.row} / {p.title}: {p.state}: {p.detail}" for p in found if p.state != "data"]
+    titles = [p.title for p in found]
+    out += [f"{title}: not on the page" for title in expected_titles if title not in titles]
+    return out
+
+
+def screenshot(page: Any, path: Path) -> None:
+    """The whole dashboard, as tall as it is drawn."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path), full_page=True)
