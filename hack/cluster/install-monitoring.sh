@@ -83,9 +83,12 @@ python3 "$here/perses/dashboard.py" --percli "$perses/bin/percli" --plugins "$wo
   > "$work/provisioning/dashboard.json" || fail "the chart's dashboard did not migrate"
 echo '{"kind": "Project", "metadata": {"name": "syncreplicas"},
  "spec": {"display": {"name": "SyncReplicas"}}}' > "$work/provisioning/project.json"
+# scrapeInterval: the resolution Perses queries at (its smallest step; the default is 1m,
+# which leaves a job's first minute out of its panels); jobs are scraped every 2 s here.
 echo '{"kind": "Datasource", "metadata": {"name": "prometheus", "project": "syncreplicas"},
  "spec": {"default": true, "display": {"name": "Prometheus (monitoring/syncreplicas)"},
-  "plugin": {"kind": "PrometheusDatasource", "spec": {"proxy": {"kind": "HTTPProxy",
+  "plugin": {"kind": "PrometheusDatasource", "spec": {"scrapeInterval": "5s",
+   "proxy": {"kind": "HTTPProxy",
    "spec": {"url": "http://prometheus-operated.'"$ns"'.svc:9090"}}}}}}' \
   > "$work/provisioning/datasource.json"
 "$kubectl" -n "$ns" create configmap perses-provisioning --from-file="$work/provisioning" \

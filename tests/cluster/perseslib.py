@@ -131,19 +131,26 @@ def panels(page: Any) -> list[Panel]:
     return [classify(raw) for raw in page.evaluate(_PANELS_JS)]
 
 
-def settle(page: Any, link: str, expected: int, timeout: float = 90) -> list[Panel]:
+def settle(page: Any, link: str, expected: int, timeout: float = 150) -> list[Panel]:
     """Open ``link`` and wait until all ``expected`` panels have left ``loading`` and read
-    the same twice in a row; their states then (still loading ones as they are)."""
-    page.goto(link, wait_until="networkidle")
+    the same twice in a row; their states then (still loading ones as they are). A page
+    whose panels settle with some of them "No data" is loaded again until ``timeout``
+    (the dashboard does not refresh itself here: refresh=0s): a job's first minute or two
+    of series can be missing from the first load."""
     deadline = time.monotonic() + timeout
-    last: list[Panel] = []
     while True:
-        time.sleep(1.5)
-        now = panels(page)
-        done = len(now) >= expected and all(p.state != "loading" for p in now)
-        if (done and now == last) or time.monotonic() > deadline:
+        page.goto(link, wait_until="networkidle")
+        last: list[Panel] = []
+        while True:
+            time.sleep(1.5)
+            now = panels(page)
+            done = len(now) >= expected and all(p.state != "loading" for p in now)
+            if (done and now == last) or time.monotonic() > deadline:
+                break
+            last = now
+        if all(p.state != "empty" for p in now) or time.monotonic() > deadline:
             return now
-        last = now
+        time.sleep(10)
 
 
 def problems(found: list[Panel], expected_titles: list[str]) -> list[str]:

@@ -81,14 +81,22 @@ class Viewer:
     def check(self, moment: str, **stats: str) -> None:
         """Every panel drawn with data now, the stat panels named in ``stats`` (by title,
         with "_" for " ") showing those values; the page kept as ``moment``'s PNG."""
-        found = self.look()
+        # A stat shows the last point of its range query, evaluated at the step's
+        # multiples (15 s and more): a change reaches it within a step or two.
+        deadline = time.monotonic() + 90
+        while True:
+            found = self.look()
+            shown = {p.title: p.detail for p in found}
+            if all(shown.get(t.replace("_", " ")) == v for t, v in stats.items()) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(10)
         perseslib.screenshot(self.page, REPORT / f"{moment}.png")
         pictures = os.environ.get("SYNCREPLICAS_SCREENSHOTS")
         if pictures:
             perseslib.screenshot(self.page, Path(pictures) / f"dashboard-{moment}.png")
         bad = perseslib.problems(found, self.expected)
         assert not bad, f"{moment}: panels not drawn with data:\n" + "\n".join(bad)
-        shown = {p.title: p.detail for p in found}
         for title, value in stats.items():
             assert shown[title.replace("_", " ")] == value, (moment, title, shown)
 
@@ -150,9 +158,11 @@ def test_every_panel_is_drawn_with_data_through_a_chief_loss_a_resize_and_a_ps_l
             viewer = Viewer(page, base, namespace, start)
             kube.eventually("training passes step 100", lambda: step_of(namespace, chief) >= 100,
                             240)  # fmt: skip
-            # Prometheus finds a new namespace's pods within a minute or so; the queue's
-            # figures come from the operator once the small job is admitted.
-            for query in (f'syncreplicas_global_step{{namespace="{namespace}"}}',
+            # Prometheus scrapes every replica of the job (a new namespace's pods are found
+            # within seconds, later while its configuration reloads); the queue's figures
+            # come from the operator once the small job is admitted.
+            for query in (f'count(up{{namespace="{namespace}", syncreplicas_job="{JOB}"}} == 1)'
+                          " == 4",
                           f'syncreplicas_operator_queued_jobs{{job_namespace="{namespace}"}}',
                           f'syncreplicas_operator_queue_wait_seconds_count{{job_namespace='
                           f'"{namespace}"}}'):  # fmt: skip
@@ -176,11 +186,10 @@ def test_every_panel_is_drawn_with_data_through_a_chief_loss_a_resize_and_a_ps_l
             kube.eventually("3 workers train", lambda: status(namespace).get("workers") == 3
                             and pod(namespace, "worker-2")["status"].get("phase") == "Running",
                             240)  # fmt: skip
-            up = (f'count(up{{namespace="{namespace}", replica_type=~"chief|worker"}} == 1)'
-                  " == 4")
+            up = (f'count(up{{namespace="{namespace}", syncreplicas_job="{JOB}", '
+                  'replica_type=~"chief|worker"} == 1) == 4')
             kube.eventually("Prometheus scrapes the chief and 3 workers",
                             lambda: perseslib.series(base, up) > 0, 60)  # fmt: skip
-            time.sleep(20)
             viewer.check("resized", Replicas_up="4")
 
             since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
