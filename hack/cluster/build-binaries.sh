@@ -135,8 +135,8 @@ if [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] \
 fi
 
 # Perses ---------------------------------------------------------------------------------
-# Only for `make cluster MONITORING=1` (147 s with warm Go and npm caches on 2 cores: npm ci
-# twice, the UI's bundle, the server's Go build, three plugins). Cached by version and by the pins of
+# Only for `make cluster MONITORING=1` (286 s cold, 147 s with warm Go and npm caches, on 2
+# cores: npm ci twice, the UI's bundle, the server's Go build, three plugins). Cached by version and by the pins of
 # perses/go.sum and the plugins' package-lock.json.
 if [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]]; then
   perses="$CACHE/perses-$PERSES_VERSION"

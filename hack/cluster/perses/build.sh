@@ -21,7 +21,8 @@ out="$1"
 t=$SECONDS
 say() { echo "build: perses: $*"; }
 export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
-moddir() { (cd "$here" && go list -m -f '{{.Dir}}' "$1"); }
+# A module's source directory, downloaded first (`go list -m` alone does not download).
+moddir() { (cd "$here" && go mod download "$1" && go list -m -f '{{.Dir}}' "$1"); }
 modversion() { (cd "$here" && go list -m -f '{{.Version}}' "$1"); }
 [[ "$(modversion github.com/perses/perses)" == "$PERSES_VERSION" ]] \
   || { echo "build: perses: go.mod's github.com/perses/perses is not PERSES_VERSION ($PERSES_VERSION)" >&2; exit 1; }
