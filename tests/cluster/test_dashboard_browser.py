@@ -82,7 +82,8 @@ class Viewer:
         """Every panel drawn with data now, the stat panels named in ``stats`` (by title,
         with "_" for " ") showing those values; the page kept as ``moment``'s PNG."""
         # A stat shows the last point of its range query, evaluated at the step's
-        # multiples (15 s and more): a change reaches it within a step or two.
+        # multiples (the datasource's scrapeInterval, 5 s, or more for a wide window): a
+        # change reaches it within a step or two.
         deadline = time.monotonic() + 90
         while True:
             found = self.look()
@@ -168,8 +169,8 @@ def test_every_panel_is_drawn_with_data_through_a_chief_loss_a_resize_and_a_ps_l
                           f'"{namespace}"}}'):  # fmt: skip
                 kube.eventually(f"Prometheus has {query}",
                                 lambda q=query: perseslib.series(base, q) > 0, 180)
-            # A few of the dashboard's steps (at least 15 s each) of the new series: a
-            # panel's range query evaluates at the step's multiples only.
+            # A few of the dashboard's steps (at least the datasource's 5 s each) of the
+            # new series: a panel's range query evaluates at the step's multiples only.
             time.sleep(30)
             viewer.check("steady", Replicas_up="3", Parameter_servers_up="1",
                          Chief_restarts="0")
