@@ -94,6 +94,15 @@ def api(base: str, path: str, body: Any = None, method: str = "GET") -> Any:
     return json.loads(raw) if raw else None
 
 
+def dashboard_path(name: str) -> str:
+    return f"projects/{PROJECT}/dashboards/{name}"
+
+
+def dashboard(base: str, name: str) -> Any:
+    """The dashboard ``name`` of the project, as Perses serves it."""
+    return api(base, dashboard_path(name))
+
+
 def series(base: str, query: str) -> int:
     """How many series ``query`` returns now, asked through Perses' proxy to the project's
     Prometheus datasource (the path every panel's query takes)."""

@@ -31,12 +31,11 @@ import yaml
 
 from tests.cluster import kube, perseslib
 from tests.cluster.test_failures import JOB, job, pod, recovered, status, step_of
-from tests.cluster.test_queues import QUEUE_LABEL, queued_job
+from tests.cluster.test_queues import QUEUE_LABEL, namespace_queue, queued_job
 
 GRAFANA = kube.CHART / "files" / "dashboards" / "syncreplicas.json"
 CHART_PERSES = kube.CHART / "files" / "perses" / "syncreplicas.json"
 REPORT = kube.REPO / "reports" / "dashboard"
-KUEUE = "kueue.x-k8s.io/v1beta2"
 BROKEN_PANEL = "Global step rate"
 
 
@@ -46,21 +45,10 @@ def grafana_titles() -> list[str]:
 
 
 def queue(namespace: str) -> str:
-    """A ClusterQueue with room for the small job, and its LocalQueue ``lq``."""
-    cq = f"cq-{namespace}"[:63]
-    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
-        {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"},
-         "spec": {}},
-        {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
-                "name": "default-flavor", "resources": [
-                    {"name": "cpu", "nominalQuota": "2"},
-                    {"name": "memory", "nominalQuota": "4Gi"}]}]}]}},
-        {"apiVersion": KUEUE, "kind": "LocalQueue",
-         "metadata": {"name": "lq", "namespace": namespace}, "spec": {"clusterQueue": cq}},
-    ]))  # fmt: skip
-    return cq
+    """A ClusterQueue with room for the small job, and its LocalQueue ``lq``; its name."""
+    objects = namespace_queue(namespace, "2", "4Gi")
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+    return str(objects[1]["metadata"]["name"])
 
 
 class Viewer:
@@ -104,9 +92,7 @@ class Viewer:
 
 def check_broken_copy(viewer: Viewer, base: str) -> None:
     """A copy of the dashboard with one query broken: exactly that panel is in error."""
-    served = perseslib.api(base, f"projects/{perseslib.PROJECT}/dashboards/"
-                                 f"{perseslib.DASHBOARD}")  # fmt: skip
-    broken = copy.deepcopy(served)
+    broken = copy.deepcopy(perseslib.dashboard(base, perseslib.DASHBOARD))
     broken["metadata"] = {"name": "broken-on-purpose", "project": perseslib.PROJECT}
     for item in broken["spec"]["panels"].values():
         if item["spec"]["display"]["name"] == BROKEN_PANEL:
@@ -116,8 +102,7 @@ def check_broken_copy(viewer: Viewer, base: str) -> None:
     try:
         found = viewer.look("broken-on-purpose")
     finally:
-        perseslib.api(base, f"projects/{perseslib.PROJECT}/dashboards/broken-on-purpose",
-                      method="DELETE")  # fmt: skip
+        perseslib.api(base, perseslib.dashboard_path("broken-on-purpose"), method="DELETE")
     bad = perseslib.problems(found, viewer.expected)
     assert len(bad) == 1 and bad[0].split(": ")[0].endswith(BROKEN_PANEL), bad
     assert ": error: " in bad[0] and "parse error" in bad[0], bad
@@ -130,8 +115,7 @@ def test_every_panel_is_drawn_with_data_through_a_chief_loss_a_resize_and_a_ps_l
     shipped = json.loads(CHART_PERSES.read_text())["spec"]
 
     def served() -> Any:
-        return perseslib.api(base, f"projects/{perseslib.PROJECT}/dashboards/"
-                                   f"{perseslib.DASHBOARD}")["spec"]  # fmt: skip
+        return perseslib.dashboard(base, perseslib.DASHBOARD)["spec"]
 
     # A dashboard migrated again reaches Perses with its ConfigMap (the kubelet's sync,
     # then provisioning: about a minute); on a cluster just made it is there already.

@@ -58,24 +58,34 @@ def queued_job(name: str, shared: Path | None, priority: str | None, steps: int,
     return dict(manifest)
 
 
-def queues(namespace: str) -> str:
+def namespace_queue(namespace: str, cpu: str, memory: str, **spec: Any) -> list[dict[str, Any]]:
+    """The ResourceFlavor ``default-flavor``, a ClusterQueue ``cq-<namespace>`` that admits
+    only ``namespace``'s jobs within that quota (``spec`` added to its spec), and its
+    LocalQueue ``lq`` in ``namespace``."""
     cq = f"cq-{namespace}"[:63]
+    return [
+        {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"},
+         "spec": {}},
+        {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            **spec,
+            "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
+                "name": "default-flavor", "resources": [
+                    {"name": "cpu", "nominalQuota": cpu},
+                    {"name": "memory", "nominalQuota": memory}]}]}]}},
+        {"apiVersion": KUEUE, "kind": "LocalQueue",
+         "metadata": {"name": "lq", "namespace": namespace}, "spec": {"clusterQueue": cq}},
+    ]  # fmt: skip
+
+
+def queues(namespace: str) -> str:
     return yaml.safe_dump_all([
         {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": {"name": "low"},
          "value": 100, "description": "low"},
         {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": {"name": "high"},
          "value": 1000, "description": "high"},
-        {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"},
-         "spec": {}},
-        {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "preemption": {"withinClusterQueue": "LowerPriority"},
-            "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
-                "name": "default-flavor", "resources": [
-                    {"name": "cpu", "nominalQuota": "500m"},
-                    {"name": "memory", "nominalQuota": "2Gi"}]}]}]}},
-        {"apiVersion": KUEUE, "kind": "LocalQueue",
-         "metadata": {"name": "lq", "namespace": namespace}, "spec": {"clusterQueue": cq}},
+        *namespace_queue(namespace, "500m", "2Gi",
+                         preemption={"withinClusterQueue": "LowerPriority"}),
     ])  # fmt: skip
 
 
