@@ -63,9 +63,9 @@ REQUIRED_PANELS = [
     "queued before admission",
 ]
 # The operator does not reconcile in this test (no API server), so its reconcile-time
-# histogram has no observations and its quantile is NaN: the series must exist, values
-# need not be finite. Every other query must return at least one finite value.
-MAY_BE_NAN = {"syncreplicas_operator_reconcile_seconds_bucket"}
+# histogram has no observations: its quantile has no point (a quantile of nothing is NaN,
+# which the panel's query drops). Every other query must return data, all of it finite.
+MAY_BE_EMPTY = {"syncreplicas_operator_reconcile_seconds_bucket"}
 
 
 def load_dashboard() -> dict[str, Any]:
@@ -137,6 +137,18 @@ def test_every_query_uses_known_metrics_and_the_job_filter() -> None:
             "syncreplicas_component" not in expr
         ):
             assert 'syncreplicas_job=~"$job"' in expr, f"{title}: {expr} ignores $job"
+
+
+def test_a_replaced_pod_adds_no_line_and_no_legend_says_nan() -> None:
+    """A replaced pod comes back with a new `pod` and `instance` label: every query
+    aggregates them away (one line per job or per replica, not per pod). A quantile of a
+    histogram with no observations in the window is NaN, which a legend would show as
+    "NaN": every quantile drops it (NaN >= 0 is false)."""
+    aggregations = ("max by (", "sum by (", "count by (", "sum (", "histogram_quantile(")
+    for title, expr in targets(load_dashboard()):
+        assert expr.startswith(aggregations), f"{title}: {expr} draws one line per pod"
+        if expr.startswith("histogram_quantile("):
+            assert expr.endswith(") >= 0"), f"{title}: {expr} can draw NaN"
 
 
 # --- against a real run ---------------------------------------------------------------------
@@ -328,9 +340,10 @@ def check_dashboard_queries(
         results.append({"panel": title, "expr": expr, "result": result})
         values = [float(v) for series in result for _, v in series["values"]]
         finite = [v for v in values if math.isfinite(v)]
-        if not result or (not finite and not (metric_names(raw) & MAY_BE_NAN)):
-            empty.append(f"{title}: {expr} -> {len(result)} series, {len(finite)} finite values")
-    assert not empty, "panels without data:\n" + "\n".join(empty)
+        if (not finite and not (metric_names(raw) & MAY_BE_EMPTY)) or len(finite) < len(values):
+            empty.append(f"{title}: {expr} -> {len(result)} series, {len(finite)} of "
+                         f"{len(values)} values finite")
+    assert not empty, "panels without data or with NaN:\n" + "\n".join(empty)
     return results
 
 
