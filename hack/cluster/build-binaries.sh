@@ -15,14 +15,28 @@
 #   the Prometheus Operator and its config reloader from github.com/prometheus-operator/
 #     prometheus-operator (hack/cluster/prometheus-operator/go.mod), only when
 #     SYNCREPLICAS_MONITORING=1 (`make cluster MONITORING=1`).
+#   Perses from github.com/perses/perses and its plugins (perses/build.sh), only when
+#     SYNCREPLICAS_MONITORING=1.
 # Each lands in $CACHE/<name>-<version>/bin. With the binaries there it does nothing; with
 # the Go build cache warm a rebuild is a link step.
+#
+#   build-binaries.sh [--force] [--go | --perses]
+#     --force   build again what is cached
+#     --go      all but Perses; --perses: Perses only (build-all.sh runs the two at once)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 . "$here/versions.env"
 CACHE="${SYNCREPLICAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncreplicas}"
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false"
-force="${1:-}"
+force="" go=1 perses=1
+for arg in "$@"; do
+  case "$arg" in
+    --force) force="$arg" ;;
+    --go) perses=0 ;;
+    --perses) go=0 ;;
+    *) echo "build-binaries: unknown option $arg (--force, --go, --perses)" >&2; exit 2 ;;
+  esac
+done
 
 cached() {  # cached DIR BINARY...: true when every binary is in DIR
   local dir="$1"; shift
@@ -45,6 +59,8 @@ go_build() {
   took "$what" $t "$out"
 }
 
+# The Go components, in the order above (the body is not indented: one section each).
+go_components() {
 # Kubernetes -----------------------------------------------------------------------------
 k8s="$CACHE/kubernetes-$KUBERNETES_VERSION/bin"
 components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubemark)
@@ -134,15 +150,22 @@ if [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] \
     tool
 fi
 
+}
+
 # Perses ---------------------------------------------------------------------------------
 # Only for `make cluster MONITORING=1` (286 s cold, 147 s with warm Go and npm caches, on 2
-# cores: npm ci twice, the UI's bundle, the server's Go build, three plugins). Cached by version and by the pins of
-# perses/go.sum and the plugins' package-lock.json.
-if [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]]; then
+# cores: npm ci twice, the UI's bundle, the server's Go build, three plugins). Cached by
+# version and by the pins of perses/go.sum, the plugins' package-lock.json and the build
+# script itself.
+perses_build() {
+  [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] || return 0
   perses="$CACHE/perses-$PERSES_VERSION"
-  pins="$(cat "$here/perses/go.sum" "$here/perses/plugins/package-lock.json" | sha256sum | cut -c1-16)"
+  pins="$(cat "$here/perses/go.sum" "$here/perses/plugins/package-lock.json" "$here/perses/build.sh" | sha256sum | cut -c1-16)"
   if ! cached "$perses/bin" perses percli || [[ "$(cat "$perses/pins" 2>/dev/null)" != "$pins" ]]; then
     "$here/perses/build.sh" "$perses"
     echo "$pins" > "$perses/pins"
   fi
-fi
+}
+
+if [[ $go == 1 ]]; then go_components; fi
+if [[ $perses == 1 ]]; then perses_build; fi

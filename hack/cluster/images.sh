@@ -25,6 +25,8 @@
 #
 #   images.sh                    build what is missing and load it
 #   images.sh --build            build only (no cluster needed)
+#   images.sh --python           build only the base, operator and runtime images (no
+#                                binaries needed: build-all.sh runs it beside the Go builds)
 #   images.sh --operator-tag T   also an operator image tagged T (the operator image with
 #                                one more label: a new image ID, as a release would have),
 #                                loaded like the others: what an upgrade test rolls to
@@ -36,12 +38,14 @@ CACHE="${SYNCREPLICAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncreplicas}"
 RUN="${SYNCREPLICAS_CLUSTER_DIR:-/tmp/syncreplicas-cluster}"
 IMPORTED="$CACHE/containerd-imported"
 build_only=0
+python_only=0
 variant=""
 case "${1:-}" in
   --build) build_only=1 ;;
+  --python) build_only=1 python_only=1 ;;
   --operator-tag) variant="${2:?--operator-tag needs a tag}" ;;
   "") ;;
-  *) echo "images: unknown option $1 (--build, --operator-tag TAG)" >&2; exit 2 ;;
+  *) echo "images: unknown option $1 (--build, --python, --operator-tag TAG)" >&2; exit 2 ;;
 esac
 
 app_version="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/syncreplicas/Chart.yaml")"
@@ -63,7 +67,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 # pause ----------------------------------------------------------------------------------
-if ! exists "$PAUSE"; then
+if [[ $python_only == 0 ]] && ! exists "$PAUSE"; then
   pause_bin="$CACHE/pause-$PAUSE_VERSION/bin/pause"
   [[ -x "$pause_bin" ]] || { echo "images: $pause_bin missing: run build-binaries.sh" >&2; exit 1; }
   c="$(buildah from scratch)"
@@ -90,11 +94,11 @@ binary_image() {  # binary_image NAME USER ENTRYPOINT SRC:DST...
   buildah commit --quiet --rm "$c" "$name" >/dev/null
   say "built $name ($(buildah images --format '{{.Size}}' "$name" | head -1))"
 }
-if [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]]; then
+if [[ $python_only == 0 && "${SYNCREPLICAS_KUEUE:-}" == 1 ]]; then
   # As its Dockerfile makes it: /manager, user 65532.
   binary_image "$KUEUE" 65532:65532 /manager "$CACHE/kueue-$KUEUE_VERSION/bin/manager:/manager"
 fi
-if [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]]; then
+if [[ $python_only == 0 && "${SYNCREPLICAS_MONITORING:-}" == 1 ]]; then
   po="$CACHE/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/bin"
   binary_image "$PROM_OPERATOR" 65534:65534 /bin/operator "$po/operator:/bin/operator"
   binary_image "$PROM_RELOADER" 65534:65534 /bin/prometheus-config-reloader \
@@ -149,6 +153,7 @@ for pair in "operator:$OPERATOR" "runtime:$RUNTIME"; do
   done
   say "built $name in $((SECONDS - t)) s ($(buildah images --format '{{.Size}}' "$name" | head -1))"
 done
+[[ $python_only == 1 ]] && exit 0
 # Every rebuild leaves the last one's images behind (GBs each): gone, but for the cache.
 python3 "$here/prune-images.py"
 

@@ -124,17 +124,20 @@ def test_every_panel_is_drawn_with_data_through_a_chief_loss_a_resize_and_a_ps_l
                     "hack/cluster/perses/dashboard.py)", lambda: served() == shipped, 150)
 
     # The small job waits for its queue first (Kueue holds a job whose LocalQueue does not
-    # exist yet): the queue row's figures are about jobs that waited.
+    # exist yet): the queue row's figures are about jobs that waited. It waits over a few
+    # of Prometheus's scrapes (5 s apart), inside the dashboard's window: the queue's panels
+    # draw it waiting, then admitted.
+    start = time.time()
     small = queued_job("queued", None, None, 40, queue="lq")
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(small))
     kube.eventually("the small job waits for its queue", lambda: (kube.condition(
         kube.kubectl_json("get", "srj", "queued", "-n", namespace), "Suspended") or {}
     ).get("status") == "True", 60)  # fmt: skip
+    time.sleep(15)
     cq = queue(namespace)
     manifest = job(workers=2, replicasToAggregate=2, minReplicasToAggregate=1,
                    elasticPolicy={"minWorkers": 1, "maxWorkers": 4})  # fmt: skip
     manifest["spec"]["training"].update({"maxSteps": 100000, "snapshotEverySteps": 10})
-    start = time.time()
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
     assert small["metadata"]["labels"][QUEUE_LABEL] == "lq"
     chief = f"{JOB}-chief-0"
