@@ -47,7 +47,7 @@ from tests.cluster.test_failures import (
 sys.path.insert(0, str(kube.REPO / "tests" / "chart"))
 from chartlib import Prometheus, PrometheusAPI
 from test_chart_dashboard import (
-    MAY_BE_NAN,
+    MAY_BE_EMPTY,
     load_dashboard,
     metric_names,
     substitute,
@@ -355,7 +355,7 @@ def _check_dashboard(prometheus: PrometheusAPI, namespace: str, start: float,
                             "legend": target.get("legendFormat", ""), "result": result})
             finite = [float(v) for s in result for _, v in s["values"]
                       if math.isfinite(float(v))]  # fmt: skip
-            if not result or (not finite and not metric_names(target["expr"]) & MAY_BE_NAN):
+            if not finite and not metric_names(target["expr"]) & MAY_BE_EMPTY:
                 empty.append(f"{panel['title']}: {expr}")
     assert not empty, "panels without data:\n" + "\n".join(empty)
     return results
