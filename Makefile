@@ -78,21 +78,11 @@ lint: venv
 # The cluster's tests need the cluster: bring it up (and down again at the end, unless it
 # was up before), and fail when stopping it leaves anything behind. Four nodes: the
 # node-fault test gives the operator's follower a node and each of the job's roles one.
-# Two pytest runs at once: the cluster's tests, which mostly wait on pods, nodes and leases
-# (a third of the two cores idle), and the others (local TensorFlow processes, kmock, the
-# chart), niced, in that idle third; their output (reports/pytest-local.log) follows.
 TEST_NODES := 4
-LOCAL_TESTS_LOG := reports/pytest-local.log
 test: venv tools lint
 	@was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \
 	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 || exit 1; \
-	mkdir -p reports; \
-	nice -n 5 $(PY) -m pytest tests --ignore=tests/cluster -p no:cacheprovider \
-		--durations=15 --tb=short >$(LOCAL_TESTS_LOG) 2>&1 & \
-	local=$$!; \
-	SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest tests/cluster --durations=25 --tb=short; rc=$$?; \
-	wait $$local || rc=1; \
-	echo; echo "--- the tests beside the cluster's ($(LOCAL_TESTS_LOG)) ---"; cat $(LOCAL_TESTS_LOG); \
+	SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest tests --durations=25 --tb=short; rc=$$?; \
 	if [ $$was_up = 0 ]; then \
 		python3 $(CLUSTER)/cluster.py down && python3 $(CLUSTER)/cluster.py leftovers || rc=1; \
 	fi; exit $$rc
