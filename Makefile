@@ -78,11 +78,27 @@ lint: venv
 # The cluster's tests need the cluster: bring it up (and down again at the end, unless it
 # was up before), and fail when stopping it leaves anything behind. Four nodes: the
 # node-fault test gives the operator's follower a node and each of the job's roles one.
+# Work side by side where the two cores would otherwise wait: the cluster's binaries and
+# images (build-all.sh, after the host's packages: apt runs one at a time) build while the
+# venv is installed and linted; then two pytest runs at once, the cluster's tests (which
+# mostly wait on pods, nodes and leases) and the others (local TensorFlow processes, kmock,
+# the chart), niced, in the idle share; their output (reports/pytest-local.log) follows.
 TEST_NODES := 4
-test: venv tools lint
-	@was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \
+LOCAL_TESTS_LOG := reports/pytest-local.log
+test:
+	@$(CLUSTER)/install-host.sh && $(MAKE) --no-print-directory prometheus chromium || exit 1; \
+	was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \
+	SYNCREPLICAS_KUEUE=1 SYNCREPLICAS_MONITORING=1 $(CLUSTER)/build-all.sh & built=$$!; \
+	$(MAKE) --no-print-directory venv tools lint; rc=$$?; \
+	wait $$built || rc=1; [ $$rc = 0 ] || exit $$rc; \
 	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 || exit 1; \
-	SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest tests --durations=25 --tb=short; rc=$$?; \
+	mkdir -p reports; \
+	nice -n 5 $(PY) -m pytest tests --ignore=tests/cluster -p no:cacheprovider \
+		--durations=15 --tb=short >$(LOCAL_TESTS_LOG) 2>&1 & \
+	local=$$!; \
+	SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest tests/cluster --durations=25 --tb=short; rc=$$?; \
+	wait $$local || rc=1; \
+	echo; echo "--- the tests beside the cluster's ($(LOCAL_TESTS_LOG)) ---"; cat $(LOCAL_TESTS_LOG); \
 	if [ $$was_up = 0 ]; then \
 		python3 $(CLUSTER)/cluster.py down && python3 $(CLUSTER)/cluster.py leftovers || rc=1; \
 	fi; exit $$rc
