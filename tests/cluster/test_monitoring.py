@@ -46,12 +46,7 @@ from tests.cluster.test_failures import (
 
 sys.path.insert(0, str(kube.REPO / "tests" / "chart"))
 from chartlib import Prometheus, PrometheusAPI
-from test_chart_dashboard import (
-    MAY_BE_EMPTY,
-    load_dashboard,
-    metric_names,
-    substitute,
-)
+from test_chart_dashboard import load_dashboard, result_fault, substitute
 
 from tests.support.tfcluster import free_port
 
@@ -332,7 +327,7 @@ def _check_targets(prometheus: PrometheusAPI, namespace: str, workdir: Path) -> 
 def _check_dashboard(prometheus: PrometheusAPI, namespace: str, start: float,
                      end: float) -> list[dict[str, Any]]:  # fmt: skip
     """Every panel query, with the dashboard's variables as Grafana fills them in, returns
-    data over the run."""
+    data over the run, none of it NaN (result_fault, as the chart's test judges them)."""
     jobs = prometheus.api("label/syncreplicas_job/values",
                           {"match[]": f'syncreplicas_global_step{{namespace="{namespace}"}}'})
     assert jobs == [JOB], jobs
@@ -353,11 +348,10 @@ def _check_dashboard(prometheus: PrometheusAPI, namespace: str, start: float,
             result = prometheus.query_range(expr, start, end, 2)
             results.append({"row": row, "panel": panel["title"], "expr": expr,
                             "legend": target.get("legendFormat", ""), "result": result})
-            finite = [float(v) for s in result for _, v in s["values"]
-                      if math.isfinite(float(v))]  # fmt: skip
-            if not finite and not metric_names(target["expr"]) & MAY_BE_EMPTY:
-                empty.append(f"{panel['title']}: {expr}")
-    assert not empty, "panels without data:\n" + "\n".join(empty)
+            fault = result_fault(target["expr"], result)
+            if fault:
+                empty.append(f"{panel['title']}: {expr} -> {fault}")
+    assert not empty, "panels without data or with NaN:\n" + "\n".join(empty)
     return results
 
 

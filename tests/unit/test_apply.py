@@ -1,14 +1,18 @@
-"""Carrying out a plan: an Event the API refuses does not keep the status from the job."""
+"""Carrying out a plan: an Event the API refuses does not keep the status from the job; a
+batch of deletions slower than an expectation's lifetime is not sent again."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
+from syncreplicas_operator.controller import expectations as expectations_module
 from syncreplicas_operator.controller.apply import apply_plan
 from syncreplicas_operator.controller.expectations import Expectations
-from syncreplicas_operator.core.actions import WARNING, EmitEvent, PatchStatus
+from syncreplicas_operator.core.actions import WARNING, DeletePod, EmitEvent, PatchStatus
 from syncreplicas_operator.core.plan.context import Plan
+from syncreplicas_operator.core.status import ObservedPod
 from syncreplicas_operator.resources.k8s import ApiError
 
 JOB = {"metadata": {"namespace": "team", "name": "j"}}
@@ -44,3 +48,33 @@ def test_a_refused_event_does_not_stop_the_status_patch() -> None:
     gone = apply_plan(api, NoCounters(), JOB, plan, Expectations())  # type: ignore[arg-type]
     assert not gone
     assert api.patched == [{"phase": "Running"}]
+
+
+class SlowDeletes:
+    """An API server that answers a batch of deletions after longer than an expectation
+    lives (here: the clock moved on by that much while the batch ran)."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock = clock
+        self.deleted: list[str] = []
+
+    def delete_many(self, kind: str, namespace: str, names: list[str],
+                    grace_period_seconds: int | None = None) -> int:  # fmt: skip
+        self.clock[0] += expectations_module.EXPECTATION_SECONDS + 5
+        self.deleted += names
+        return len(names)
+
+
+def test_pods_deleted_by_a_slow_batch_stay_expected_until_the_watch_shows_them(
+        monkeypatch: Any) -> None:  # fmt: skip
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    api = SlowDeletes(clock)
+    expected = Expectations()
+    names = [f"j-worker-{i}" for i in range(3)]
+    plan = Plan(actions=tuple(DeletePod(n) for n in names), status={})
+    apply_plan(api, NoCounters(), JOB, plan, expected)  # type: ignore[arg-type]
+    # The watch has not shown them terminating yet: the next pass must see them going.
+    pods = [ObservedPod(name=n, replica_type="worker", index=i) for i, n in enumerate(names)]
+    observed = expected.observe("j", pods, set(), policy=True)
+    assert all(p.deleting for p in observed.pods), observed.pods

@@ -109,8 +109,12 @@ def apply_plan(
             expectations.expect_created(creates)
         elif isinstance(first, DeletePod):
             names = [a.name for a in batch if isinstance(a, DeletePod)]
+            # As for creations: a large batch (a resize's, against a busy API server) may
+            # outlast the expectation, and a pass before the watch shows the pods
+            # terminating would delete them again.
             expectations.expect_deleted(names)
             client.delete_many("Pod", namespace, names, first.grace_period_seconds)
+            expectations.expect_deleted(names)
         elif isinstance(first, DeletePodGroup):
             client.delete(
                 naming.POD_GROUP_KIND, namespace, first.name, api_version=first.api_version
