@@ -320,9 +320,13 @@ def main(argv: list[str], kmock_run: Callable[[int, int], Any]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10x smaller, one repeat")
     parser.add_argument("--repeats", type=int, default=None, help="default 3 (quick: 1)")
+    parser.add_argument("--only", choices=("one-large", "many-small", "resize"),
+                        action="append", help="scenarios (repeatable; default all three)")
     args = parser.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
-    chosen = scenarios(10 if args.quick else 1)
+    keys = ("one-large", "many-small", "resize")
+    chosen = [s for key, s in zip(keys, scenarios(10 if args.quick else 1), strict=True)
+              if not args.only or key in args.only]  # fmt: skip
     need = max(s.pods for s in chosen)
     if hollow_capacity() < need:
         print(f"bench/scale.py: the hollow nodes hold {hollow_capacity()} pods, the largest "
