@@ -91,7 +91,7 @@ test:
 	SYNCREPLICAS_KUEUE=1 SYNCREPLICAS_MONITORING=1 $(CLUSTER)/build-all.sh & built=$$!; \
 	$(MAKE) --no-print-directory venv tools lint; rc=$$?; \
 	wait $$built || rc=1; [ $$rc = 0 ] || exit $$rc; \
-	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 || exit 1; \
+	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 BUILT=1 || exit 1; \
 	mkdir -p reports; \
 	nice -n 5 $(PY) -m pytest tests --ignore=tests/cluster -p no:cacheprovider \
 		--durations=15 --tb=short >$(LOCAL_TESTS_LOG) 2>&1 & \
@@ -136,12 +136,12 @@ chart: tools
 # to N kubemark hollow nodes (unset: left as they are, none on a new cluster); KUEUE=1 also
 # builds and installs Kueue (install-kueue.sh); MONITORING=1 the Prometheus Operator, a
 # Prometheus that reads the chart's monitors and rules, and Perses with the chart's
-# dashboard (install-monitoring.sh).
+# dashboard (install-monitoring.sh). BUILT=1: build-all.sh has just run (make test).
 CLUSTER_ENV := $(if $(filter 1,$(KUEUE)),SYNCREPLICAS_KUEUE=1) \
 	$(if $(filter 1,$(MONITORING)),SYNCREPLICAS_MONITORING=1)
 cluster: tools
 	$(CLUSTER)/install-host.sh
-	$(CLUSTER_ENV) $(CLUSTER)/build-all.sh
+	$(if $(filter 1,$(BUILT)),,$(CLUSTER_ENV) $(CLUSTER)/build-all.sh)
 	python3 $(CLUSTER)/cluster.py up $(if $(NODES),--nodes $(NODES)) \
 		$(if $(HOLLOW_NODES),--hollow $(HOLLOW_NODES))
 	$(CLUSTER_ENV) $(CLUSTER)/images.sh
