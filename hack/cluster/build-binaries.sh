@@ -4,10 +4,12 @@
 #     kubemark (hollow nodes: the kubelet with a fake container runtime) from
 #     k8s.io/kubernetes (hack/cluster/kubernetes/go.mod),
 #   etcd from go.etcd.io/etcd/server/v3 (hack/cluster/etcd/go.mod),
-#   coredns from github.com/coredns/coredns (its own go.mod, by version),
+#   coredns from github.com/coredns/coredns (its own go.mod, by version), with the
+#     plugins a cluster's Corefile uses (plugin.cfg cut down, as CoreDNS documents),
 #   pause (the pod sandbox's process) from the C source in the kubernetes module,
-#   prometheus from github.com/prometheus/prometheus (hack/cluster/prometheus/go.mod):
-#     Debian's Prometheus has no Kubernetes service discovery,
+#   prometheus from github.com/prometheus/prometheus (its own go.mod, by version), with
+#     the Kubernetes and DNS service discoveries (Debian's Prometheus has no Kubernetes
+#     one),
 #   kube-router from github.com/cloudnativelabs/kube-router/v2 (hack/cluster/kube-router/
 #     go.mod): its network-policy controller enforces NetworkPolicy on every node,
 #   Kueue's manager from sigs.k8s.io/kueue (hack/cluster/kueue/go.mod), only when
@@ -59,6 +61,16 @@ go_build() {
   took "$what" $t "$out"
 }
 
+# module_source MODULE VERSION DIR: a writable copy of the module's source in DIR, to build
+# it with its build configuration cut down as its own documentation says (CoreDNS'
+# plugin.cfg, Prometheus' plugins.yml).
+module_source() {
+  local dir
+  dir="$(cd / && go mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  [[ -n $dir ]] || { echo "build: $1@$2 not downloaded" >&2; return 1; }
+  rm -rf "$3" && mkdir -p "$3" && cp -r "$dir/." "$3/" && chmod -R u+w "$3"
+}
+
 # The Go components, in the order above (the body is not indented: one section each).
 go_components() {
 # Kubernetes -----------------------------------------------------------------------------
@@ -87,23 +99,53 @@ if ! cached "$etcd" etcd; then
 fi
 
 # CoreDNS --------------------------------------------------------------------------------
+# Built with the plugins that a cluster's Corefile uses (ours, and kubeadm's default one for
+# a user's own), the trimmed build CoreDNS documents: its plugin.cfg cut down to them and its
+# `go generate` step (directives_generate.go) run, in a copy of the module. The cloud
+# back-ends (route53, azure, clouddns), etcd, tracing, dnstap, geoip and the rest are not
+# compiled. The list is kept beside the binary: another list builds again.
 coredns="$CACHE/coredns-$COREDNS_VERSION/bin"
-if ! cached "$coredns" coredns; then
-  echo "build: coredns $COREDNS_VERSION"
+coredns_plugins="root metadata cancel timeouts reload bufsize bind debug ready health"
+coredns_plugins+=" prometheus errors log loadbalance cache hosts kubernetes loop forward"
+if ! cached "$coredns" coredns || [[ "$(cat "$coredns/plugins" 2>/dev/null)" != "$coredns_plugins" ]]; then
+  echo "build: coredns $COREDNS_VERSION (plugins: $coredns_plugins)"
   t=$SECONDS
-  mkdir -p "$coredns"
-  GOBIN="$coredns" GOFLAGS=-buildvcs=false go install -trimpath -ldflags "-s -w" \
-    "github.com/coredns/coredns@$COREDNS_VERSION"
+  src="$CACHE/coredns-$COREDNS_VERSION/src"
+  module_source github.com/coredns/coredns "$COREDNS_VERSION" "$src"
+  rm -rf "$coredns.tmp" && mkdir -p "$coredns.tmp"
+  awk -F: -v keep=" $coredns_plugins " '/^#/ || NF < 2 || index(keep, " " $1 " ")' \
+    "$src/plugin.cfg" >"$src/plugin.cfg.kept" && mv "$src/plugin.cfg.kept" "$src/plugin.cfg"
+  (cd "$src" && go run directives_generate.go \
+    && go build -trimpath -ldflags "-s -w" -o "$coredns.tmp/coredns" .)
+  echo "$coredns_plugins" >"$coredns.tmp/plugins"
+  rm -rf "$coredns" "$src" && mv "$coredns.tmp" "$coredns"
   took "coredns $COREDNS_VERSION" $t "$coredns"
 fi
 
 # Prometheus -----------------------------------------------------------------------------
+# With the service discoveries of its plugins.yml cut down to Kubernetes' and DNS' (the ones
+# the Prometheus Operator's monitors produce; file and static ones are always there), and
+# `go generate -tags plugins ./plugins` run, as its Makefile's `plugins` target does: the
+# cloud SDKs (AWS, Azure, GCE, ...) are not compiled. The list is kept beside the binaries.
 prometheus="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"
-if ! cached "$prometheus" prometheus promtool; then
+prometheus_sd="kubernetes dns"
+if ! cached "$prometheus" prometheus promtool \
+    || [[ "$(cat "$prometheus/discovery" 2>/dev/null)" != "$prometheus_sd" ]]; then
+  echo "build: prometheus $PROMETHEUS_VERSION (service discovery: $prometheus_sd)"
+  t=$SECONDS
+  src="$CACHE/prometheus-$PROMETHEUS_VERSION/src"
+  # The module's version of Prometheus 2.x is v0.x (v2.53.4 is v0.53.4).
+  module_source github.com/prometheus/prometheus "v0.${PROMETHEUS_VERSION#v2.}" "$src"
+  for sd in $prometheus_sd; do echo "- github.com/prometheus/prometheus/discovery/$sd"; done \
+    >"$src/plugins.yml"
   pv="github.com/prometheus/common/version"
-  go_build "prometheus $PROMETHEUS_VERSION" "$prometheus" prometheus \
-    "-s -w -X $pv.Version=${PROMETHEUS_VERSION#v} -X $pv.Branch=release -X $pv.Revision=module" \
-    github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+  rm -rf "$prometheus.tmp" && mkdir -p "$prometheus.tmp"
+  (cd "$src" && go generate -tags plugins ./plugins && go build -trimpath \
+    -ldflags "-s -w -X $pv.Version=${PROMETHEUS_VERSION#v} -X $pv.Branch=release -X $pv.Revision=module" \
+    -o "$prometheus.tmp/" ./cmd/prometheus ./cmd/promtool)
+  echo "$prometheus_sd" >"$prometheus.tmp/discovery"
+  rm -rf "$prometheus" "$src" && mv "$prometheus.tmp" "$prometheus"
+  took "prometheus $PROMETHEUS_VERSION" $t "$prometheus"
 fi
 
 # kube-router ----------------------------------------------------------------------------
