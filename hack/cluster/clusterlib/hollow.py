@@ -44,10 +44,12 @@ KUBELET_PORT_BASE = 10300
 # directories and its fake runtime's sockets (what `leftovers` looks for).
 STRAY_GLOBS = ("hollow-kubelet.*", "kubelet_remote_*.sock")
 
-# The command each hollow node runs in its own mount namespace: its directory on /tmp (the
-# run directory may be below /tmp: nothing of it is read after this) and a hosts file that
-# names its address (the kubelet looks its node name up to find its InternalIP).
-_ISOLATE = 'mount --bind "$1" /tmp && mount --bind /tmp/hosts /etc/hosts && shift && exec "$@"'
+# The command each hollow node runs in its own mount namespace: its directory on /tmp and a
+# hosts file that names its address (the kubelet looks its node name up to find its
+# InternalIP). The run directory and the binaries' cache may be below /tmp: kubemark is
+# opened before the mount and run from that descriptor; nothing else there is read after.
+_ISOLATE = ('exec 3<"$2" && mount --bind "$1" /tmp && mount --bind /tmp/hosts /etc/hosts '
+            '&& shift 2 && exec /proc/self/fd/3 "$@"')
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,7 @@ def argv(node: HollowNode) -> list[str | Path]:
     """The hollow node's command line, in its network namespace."""
     return [
         "unshare", "--mount", "--propagation", "private", "--",
-        "sh", "-c", _ISOLATE, "hollow", node.dir / "tmp",
-        BIN / "kubemark",
+        "sh", "-c", _ISOLATE, "hollow", node.dir / "tmp", BIN / "kubemark",
         "--morph=kubelet",
         f"--name={node.name}",
         "--kubeconfig=/tmp/kubeconfig",
