@@ -60,6 +60,10 @@ class Scenario:
         return self.jobs * (2 + max((self.workers, *self.resizes)))
 
 
+# The names --only takes, in the order scenarios() returns them.
+SCENARIO_KEYS = ("one-large", "many-small", "resize")
+
+
 def scenarios(scale: int) -> list[Scenario]:
     return [
         Scenario(f"1 job x {1000 // scale} workers", 1, 1000 // scale),
@@ -320,12 +324,11 @@ def main(argv: list[str], kmock_run: Callable[[int, int], Any]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10x smaller, one repeat")
     parser.add_argument("--repeats", type=int, default=None, help="default 3 (quick: 1)")
-    parser.add_argument("--only", choices=("one-large", "many-small", "resize"),
-                        action="append", help="scenarios (repeatable; default all three)")
+    parser.add_argument("--only", choices=SCENARIO_KEYS, action="append",
+                        help="scenarios (repeatable; default all three)")
     args = parser.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
-    keys = ("one-large", "many-small", "resize")
-    chosen = [s for key, s in zip(keys, scenarios(10 if args.quick else 1), strict=True)
+    chosen = [s for key, s in zip(SCENARIO_KEYS, scenarios(10 if args.quick else 1), strict=True)
               if not args.only or key in args.only]  # fmt: skip
     need = max(s.pods for s in chosen)
     if hollow_capacity() < need:

@@ -103,17 +103,6 @@ def metric_names(expr: str) -> set[str]:
 # --- static checks --------------------------------------------------------------------------
 
 
-def result_fault(raw: str, result: list[dict[str, Any]]) -> str | None:
-    """Why a panel query's range result (raw: the query before its variables are filled in)
-    would draw wrongly, or None: no finite value (unless it reads MAY_BE_EMPTY), or any value
-    NaN or infinite (a legend saying "NaN"). One judgement for every test of the panels."""
-    values = [float(v) for series in result for _, v in series["values"]]
-    finite = [v for v in values if math.isfinite(v)]
-    if (finite or metric_names(raw) & MAY_BE_EMPTY) and len(finite) == len(values):
-        return None
-    return f"{len(result)} series, {len(finite)} of {len(values)} values finite"
-
-
 def test_dashboard_has_a_job_variable_and_the_promised_panels() -> None:
     dash = load_dashboard()
     variables = {v["name"]: v for v in dash["templating"]["list"]}
@@ -354,6 +343,17 @@ def check_dashboard_queries(
             empty.append(f"{title}: {expr} -> {fault}")
     assert not empty, "panels without data or with NaN:\n" + "\n".join(empty)
     return results
+
+
+def result_fault(raw: str, result: list[dict[str, Any]]) -> str | None:
+    """Why a panel query's range result (raw: the query before its variables are filled in)
+    would draw wrongly, or None: no finite value (unless it reads MAY_BE_EMPTY), or any value
+    NaN or infinite (a legend saying "NaN"). One judgement for every test of the panels."""
+    values = [float(v) for series in result for _, v in series["values"]]
+    finite = [v for v in values if math.isfinite(v)]
+    if (finite or metric_names(raw) & MAY_BE_EMPTY) and len(finite) == len(values):
+        return None
+    return f"{len(result)} series, {len(finite)} of {len(values)} values finite"
 
 
 def check_rules_on_the_run(prometheus: Prometheus, start: float, end: float) -> None:
