@@ -249,11 +249,17 @@ def test_the_whole_job_at_sigterm_keeps_the_chiefs_checkpoint(tmp_path: Path,
                        env={**runtime_env(), **delay.env}) as cluster:  # fmt: skip
         wait_until(cluster, "global step 30",
                    lambda: (chief_metric(cluster, "syncreplicas_global_step") or 0) >= 30)
-        order = [("chief", 0), ("ps", 0), ("worker", 0)]
         if first == "ps":
-            order = [("ps", 0), ("chief", 0), ("worker", 0)]
-        for role, index in order:
-            cluster.kill(role, index, signal.SIGTERM)
+            # The chief's SIGTERM comes once the PS holds the updates: its step is blocked
+            # then, waiting for its token; it must still ask before the PS's snapshot is in.
+            cluster.kill("ps", 0, signal.SIGTERM)
+            wait_until(cluster, "the PS holding the updates",
+                       lambda: "handover: updates held" in cluster.log("ps", 0))
+            cluster.kill("chief", 0, signal.SIGTERM)
+        else:
+            cluster.kill("chief", 0, signal.SIGTERM)
+            cluster.kill("ps", 0, signal.SIGTERM)
+        cluster.kill("worker", 0, signal.SIGTERM)
         codes = cluster.wait(timeout=HANG_GUARD)
         logs = cluster.logs()
     assert codes[("chief", 0)] == 143 and codes[("ps", 0)] == 143, (codes, logs)

@@ -24,6 +24,7 @@ from ..graph.training import TrainingGraph, build_epoch_graph
 from ..phases import Phase
 from ..process.context import Context
 from ..process.exits import Exit
+from ..process.mainthread import run_off_main_thread
 from ..process.sessions import close_quietly, open_session
 from ..state.checkpoints import restore_or_initialize, save_checkpoint
 from ..state.snapshots import SnapshotStore, Snapshotter
@@ -37,11 +38,18 @@ FINISH_WAIT_SECONDS = 30.0
 
 
 def run_chief(ctx: Context) -> int:
+    """Train as the chief until the end of the job. The steps run in a thread
+    (process/mainthread.py): SIGTERM is seen at once, even while a step waits for its token,
+    and the chief asks for the updates to be held before a PS stopping with it leaves."""
+    signal.signal(signal.SIGTERM, lambda *_: graceful_stop(ctx))
+    return run_off_main_thread(lambda: train_chief(ctx))
+
+
+def train_chief(ctx: Context) -> int:
     cfg = ctx.cfg
     ctx.metrics.add_chief()
     protocol = reach_ps(ctx)
     ctx.protocol = protocol
-    signal.signal(signal.SIGTERM, lambda *_: graceful_stop(ctx))
     store = SnapshotStore()  # the freshest snapshot, kept across this process's sync epochs
     first = True
     left: int | None = None
@@ -269,6 +277,8 @@ def graceful_stop(ctx: Context) -> None:
             sess, training = ctx.session, ctx.graph
             if sess is not None and training is not None and ctx.cfg.training.checkpoint_dir:
                 t0 = time.monotonic()
+                ctx.log(f"SIGTERM at unix time {time.time():.3f}: checkpointing with the "
+                        "updates held")
                 held = hold_updates(ctx)
                 global_step = int(sess.run(training.global_step))
                 path = save_checkpoint(sess, training, ctx.cfg.training.checkpoint_dir,

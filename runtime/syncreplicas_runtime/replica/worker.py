@@ -15,6 +15,7 @@ from ..graph.training import build_epoch_graph
 from ..phases import Phase, ReplicaPhase
 from ..process.context import Context, start_watchdog
 from ..process.exits import Exit
+from ..process.mainthread import run_off_main_thread
 from ..process.sessions import close_quietly, open_session
 from ..sync.fencing import stand_down_if_superseded, start_fence_watch, superseded_by
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, SyncState
@@ -39,29 +40,18 @@ def run_worker(ctx: Context) -> int:
     so that elastic R or a backup replica takes over at once rather than after the silence
     limit. A worker of an elastic job then exits 0 (scaled down), any other 143
     (``__main__``): it was stopped, and its pod is replaced."""
-    outcome: list[tuple[bool, Any]] = []
-
-    def body() -> None:
-        try:
-            outcome.append((True, train_worker(ctx)))
-        except BaseException as err:  # raised again in the main thread
-            outcome.append((False, err))
+    def leave_if_asked(thread: threading.Thread) -> int | None:
+        if not ctx.leaving.is_set():
+            return None
+        thread.join(LEAVE_WAIT_SECONDS)
+        if not thread.is_alive():
+            return None
+        leave(ctx, ctx.protocol, ctx.session, ctx.graph,
+              f"without a step boundary within {LEAVE_WAIT_SECONDS:.0f}s")
+        return exitcodes.OK
 
     signal.signal(signal.SIGTERM, lambda *_: ctx.leaving.set())
-    thread = threading.Thread(target=body, name="training", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.2)
-        if ctx.leaving.is_set() and thread.is_alive():
-            thread.join(LEAVE_WAIT_SECONDS)
-            if thread.is_alive():
-                leave(ctx, ctx.protocol, ctx.session, ctx.graph,
-                      f"without a step boundary within {LEAVE_WAIT_SECONDS:.0f}s")
-                return exitcodes.OK
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return int(value)
+    return run_off_main_thread(lambda: train_worker(ctx), leave_if_asked)
 
 
 def leave(ctx: Context, protocol: SyncProtocol | None, sess: Any, training: Any,
