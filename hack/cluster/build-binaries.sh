@@ -61,14 +61,33 @@ go_build() {
   took "$what" $t "$out"
 }
 
-# module_source MODULE VERSION DIR: a writable copy of the module's source in DIR, to build
-# it with its build configuration cut down as its own documentation says (CoreDNS'
-# plugin.cfg, Prometheus' plugins.yml).
-module_source() {
-  local dir
-  dir="$(cd / && go mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-  [[ -n $dir ]] || { echo "build: $1@$2 not downloaded" >&2; return 1; }
-  rm -rf "$3" && mkdir -p "$3" && cp -r "$dir/." "$3/" && chmod -R u+w "$3"
+# trimmed_build WHAT OUT MODULE@VERSION KEPT CUT LDFLAGS PACKAGE...: build the packages of a
+# writable copy of the module into OUT, after CUT (a function run in the copy, given KEPT)
+# has cut its build configuration down to KEPT as its own documentation says (CoreDNS'
+# plugin.cfg, Prometheus' plugins.yml). KEPT is written beside the binaries (OUT/kept).
+trimmed_build() {
+  local what="$1" out="$2" module="${3%@*}" version="${3#*@}" kept="$4" cut="$5"
+  local ldflags="$6" t=$SECONDS src dir
+  shift 6
+  echo "build: $what (kept: $kept)"
+  dir="$(cd / && go mod download -json "$module@$version" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  [[ -n $dir ]] || { echo "build: $module@$version not downloaded" >&2; return 1; }
+  src="${out%/bin}/src"
+  rm -rf "$src" "$out.tmp" && mkdir -p "$src" "$out.tmp"
+  cp -r "$dir/." "$src/" && chmod -R u+w "$src"
+  (cd "$src" && "$cut" "$kept" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "$@")
+  echo "$kept" >"$out.tmp/kept"
+  rm -rf "$out" "$src" && mv "$out.tmp" "$out"
+  took "$what" $t "$out"
+}
+
+# kept_cached DIR KEPT BINARY...: cached, and built with KEPT (a build with another list,
+# or an untrimmed one, is built again).
+kept_cached() {
+  local dir="$1" kept="$2"
+  shift 2
+  cached "$dir" "$@" && [[ "$(cat "$dir/kept" 2>/dev/null)" == "$kept" ]]
 }
 
 # The Go components, in the order above (the body is not indented: one section each).
@@ -101,51 +120,39 @@ fi
 # CoreDNS --------------------------------------------------------------------------------
 # Built with the plugins that a cluster's Corefile uses (ours, and kubeadm's default one for
 # a user's own), the trimmed build CoreDNS documents: its plugin.cfg cut down to them and its
-# `go generate` step (directives_generate.go) run, in a copy of the module. The cloud
-# back-ends (route53, azure, clouddns), etcd, tracing, dnstap, geoip and the rest are not
-# compiled. The list is kept beside the binary: another list builds again.
+# `go generate` step (directives_generate.go) run. The cloud back-ends (route53, azure,
+# clouddns), etcd, tracing, dnstap, geoip and the rest are not compiled.
+cut_coredns() {
+  awk -F: -v keep=" $1 " '/^#/ || NF < 2 || index(keep, " " $1 " ")' plugin.cfg \
+    >plugin.cfg.kept && mv plugin.cfg.kept plugin.cfg && go run directives_generate.go
+}
 coredns="$CACHE/coredns-$COREDNS_VERSION/bin"
-coredns_plugins="root metadata cancel timeouts reload bufsize bind debug ready health"
-coredns_plugins+=" prometheus errors log loadbalance cache hosts kubernetes loop forward"
-if ! cached "$coredns" coredns || [[ "$(cat "$coredns/plugins" 2>/dev/null)" != "$coredns_plugins" ]]; then
-  echo "build: coredns $COREDNS_VERSION (plugins: $coredns_plugins)"
-  t=$SECONDS
-  src="$CACHE/coredns-$COREDNS_VERSION/src"
-  module_source github.com/coredns/coredns "$COREDNS_VERSION" "$src"
-  rm -rf "$coredns.tmp" && mkdir -p "$coredns.tmp"
-  awk -F: -v keep=" $coredns_plugins " '/^#/ || NF < 2 || index(keep, " " $1 " ")' \
-    "$src/plugin.cfg" >"$src/plugin.cfg.kept" && mv "$src/plugin.cfg.kept" "$src/plugin.cfg"
-  (cd "$src" && go run directives_generate.go \
-    && go build -trimpath -ldflags "-s -w" -o "$coredns.tmp/coredns" .)
-  echo "$coredns_plugins" >"$coredns.tmp/plugins"
-  rm -rf "$coredns" "$src" && mv "$coredns.tmp" "$coredns"
-  took "coredns $COREDNS_VERSION" $t "$coredns"
+kept="root metadata cancel timeouts reload bufsize bind debug ready health"
+kept+=" prometheus errors log loadbalance cache hosts kubernetes loop forward"
+if ! kept_cached "$coredns" "$kept" coredns; then
+  trimmed_build "coredns $COREDNS_VERSION" "$coredns" "github.com/coredns/coredns@$COREDNS_VERSION" \
+    "$kept" cut_coredns "-s -w" .
 fi
 
 # Prometheus -----------------------------------------------------------------------------
 # With the service discoveries of its plugins.yml cut down to Kubernetes' and DNS' (the ones
 # the Prometheus Operator's monitors produce; file and static ones are always there), and
 # `go generate -tags plugins ./plugins` run, as its Makefile's `plugins` target does: the
-# cloud SDKs (AWS, Azure, GCE, ...) are not compiled. The list is kept beside the binaries.
+# cloud SDKs (AWS, Azure, GCE, ...) are not compiled.
+cut_prometheus() {
+  local sd
+  for sd in $1; do echo "- github.com/prometheus/prometheus/discovery/$sd"; done >plugins.yml
+  go generate -tags plugins ./plugins
+}
 prometheus="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"
-prometheus_sd="kubernetes dns"
-if ! cached "$prometheus" prometheus promtool \
-    || [[ "$(cat "$prometheus/discovery" 2>/dev/null)" != "$prometheus_sd" ]]; then
-  echo "build: prometheus $PROMETHEUS_VERSION (service discovery: $prometheus_sd)"
-  t=$SECONDS
-  src="$CACHE/prometheus-$PROMETHEUS_VERSION/src"
-  # The module's version of Prometheus 2.x is v0.x (v2.53.4 is v0.53.4).
-  module_source github.com/prometheus/prometheus "v0.${PROMETHEUS_VERSION#v2.}" "$src"
-  for sd in $prometheus_sd; do echo "- github.com/prometheus/prometheus/discovery/$sd"; done \
-    >"$src/plugins.yml"
+kept="kubernetes dns"
+if ! kept_cached "$prometheus" "$kept" prometheus promtool; then
   pv="github.com/prometheus/common/version"
-  rm -rf "$prometheus.tmp" && mkdir -p "$prometheus.tmp"
-  (cd "$src" && go generate -tags plugins ./plugins && go build -trimpath \
-    -ldflags "-s -w -X $pv.Version=${PROMETHEUS_VERSION#v} -X $pv.Branch=release -X $pv.Revision=module" \
-    -o "$prometheus.tmp/" ./cmd/prometheus ./cmd/promtool)
-  echo "$prometheus_sd" >"$prometheus.tmp/discovery"
-  rm -rf "$prometheus" "$src" && mv "$prometheus.tmp" "$prometheus"
-  took "prometheus $PROMETHEUS_VERSION" $t "$prometheus"
+  # The module's version of Prometheus 2.x is v0.x (v2.53.4 is v0.53.4).
+  trimmed_build "prometheus $PROMETHEUS_VERSION" "$prometheus" \
+    "github.com/prometheus/prometheus@v0.${PROMETHEUS_VERSION#v2.}" "$kept" cut_prometheus \
+    "-s -w -X $pv.Version=${PROMETHEUS_VERSION#v} -X $pv.Branch=release -X $pv.Revision=module" \
+    ./cmd/prometheus ./cmd/promtool
 fi
 
 # kube-router ----------------------------------------------------------------------------
