@@ -14,6 +14,7 @@ from syncreplicas_operator.core.plan.children import (
     force_delete_stuck,
     reconcile_children,
 )
+from syncreplicas_operator.core.nodes import NodeHealth
 from syncreplicas_operator.core.status import ObservedPod
 
 from tests.support.jobs import planner_job
@@ -45,6 +46,29 @@ def test_force_delete_stuck(
     assert (DeletePod("j-worker-0", grace_period_seconds=0) in ctx.actions) is forced
     assert reasons(ctx) == ([naming.REASON_FORCE_DELETED] if forced else [])
     assert ctx.requeue == pytest.approx(requeue)
+
+
+@pytest.mark.parametrize(
+    ("health", "forced"),
+    [
+        # A busy kubelet (scale-downs on a loaded node) confirms late: no second deletion.
+        (NodeHealth(known=frozenset({"n1"}), complete=True), False),
+        # Lost: plan/nodes.py force-deletes it, with its reason.
+        (NodeHealth(lost={"n1": "condition Ready is Unknown"}, known=frozenset({"n1"}),
+                    complete=True), False),  # fmt: skip
+        # The Node list not read long enough to know: the timer decides.
+        (NodeHealth(complete=False), True),
+        (None, True),  # the operator does not watch nodes
+    ],
+)
+def test_a_pod_overdue_on_a_node_seen_is_not_deleted_again(health: NodeHealth | None,
+                                                            forced: bool) -> None:  # fmt: skip
+    due = (T0 - timedelta(seconds=FORCE_DELETE_AFTER_SECONDS + 90)).isoformat()
+    pod = ObservedPod("j-worker-0", "worker", 0, deleting=True, deletion_timestamp=due,
+                      node_name="n1")  # fmt: skip
+    ctx = context(JOB, [pod], nodes=health)
+    force_delete_stuck(ctx)
+    assert (DeletePod("j-worker-0", grace_period_seconds=0) in ctx.actions) is forced
 
 
 def created(ctx: Any) -> list[tuple[str, str]]:

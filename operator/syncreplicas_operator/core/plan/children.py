@@ -22,7 +22,9 @@ from . import spares
 from .context import PlanContext
 
 # A pod still terminating this long after its deletionTimestamp (the end of its grace
-# period) has a kubelet that will never confirm: its node is lost. It is deleted at once.
+# period) has a kubelet that will never confirm: its node is lost. It is deleted at once,
+# unless the operator watches the nodes and sees its node's kubelet alive (a busy kubelet
+# confirms late, not never; a lost node's pods are plan/nodes.py's).
 FORCE_DELETE_AFTER_SECONDS: Final = 60.0
 
 
@@ -32,8 +34,8 @@ def force_delete_stuck(ctx: PlanContext) -> bool:
     nodes = ctx.observed.nodes
     for pod in sorted(ctx.observed.pods, key=lambda p: p.name):
         due = parse_time(pod.deletion_timestamp) if pod.deleting else None
-        if due is None or (nodes is not None and nodes.why_lost(pod.node_name)):
-            continue  # not going; or on a lost node, force-deleted by plan/nodes.py
+        if due is None or (nodes is not None and nodes.complete and pod.node_name in nodes.known):
+            continue  # not going; or on a node seen: lost (plan/nodes.py) or alive (it confirms)
         overdue = (ctx.now - due).total_seconds()
         if overdue < FORCE_DELETE_AFTER_SECONDS:
             ctx.requeue.append(FORCE_DELETE_AFTER_SECONDS - overdue)
