@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from syncreplicas_operator.core import naming
 from syncreplicas_operator.core.actions import CreateChild, DeletePod, DeleteService
+from syncreplicas_operator.core.nodes import NodeHealth
 from syncreplicas_operator.core.plan.children import (
     FORCE_DELETE_AFTER_SECONDS,
     force_delete_stuck,
     reconcile_children,
 )
-from syncreplicas_operator.core.nodes import NodeHealth
 from syncreplicas_operator.core.status import ObservedPod
 
 from tests.support.jobs import planner_job
@@ -55,7 +55,7 @@ def test_force_delete_stuck(
         (NodeHealth(known=frozenset({"n1"}), complete=True), False),
         # Lost: plan/nodes.py force-deletes it, with its reason.
         (NodeHealth(lost={"n1": "condition Ready is Unknown"}, known=frozenset({"n1"}),
-                    complete=True), False),  # fmt: skip
+                    complete=True), False),
         # The Node list not read long enough to know: the timer decides.
         (NodeHealth(complete=False), True),
         (None, True),  # the operator does not watch nodes
