@@ -56,6 +56,10 @@ def test_force_delete_stuck(
         # Lost: plan/nodes.py force-deletes it, with its reason.
         (NodeHealth(lost={"n1": "condition Ready is Unknown"}, known=frozenset({"n1"}),
                     complete=True), False),
+        # Lost, seen before the Node list is complete, or its Node object deleted:
+        # plan/nodes.py's too.
+        (NodeHealth(lost={"n1": "condition Ready is Unknown"}, complete=False), False),
+        (NodeHealth(known=frozenset({"n2"}), complete=True), False),
         # The Node list not read long enough to know: the timer decides.
         (NodeHealth(complete=False), True),
         (None, True),  # the operator does not watch nodes

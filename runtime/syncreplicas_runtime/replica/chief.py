@@ -277,8 +277,8 @@ def graceful_stop(ctx: Context) -> None:
             sess, training = ctx.session, ctx.graph
             if sess is not None and training is not None and ctx.cfg.training.checkpoint_dir:
                 t0 = time.monotonic()
-                ctx.log(f"SIGTERM at unix time {time.time():.3f}: checkpointing with the "
-                        "updates held")
+                ctx.log(f"SIGTERM at unix time {time.time():.3f}: checkpointing, asking "
+                        "for the updates to be held")
                 held = hold_updates(ctx)
                 global_step = int(sess.run(training.global_step))
                 path = save_checkpoint(sess, training, ctx.cfg.training.checkpoint_dir,

@@ -34,8 +34,11 @@ def force_delete_stuck(ctx: PlanContext) -> bool:
     nodes = ctx.observed.nodes
     for pod in sorted(ctx.observed.pods, key=lambda p: p.name):
         due = parse_time(pod.deletion_timestamp) if pod.deleting else None
-        if due is None or (nodes is not None and nodes.complete and pod.node_name in nodes.known):
-            continue  # not going; or on a node seen: lost (plan/nodes.py) or alive (it confirms)
+        seen = nodes is not None and (
+            bool(nodes.why_lost(pod.node_name)) or (nodes.complete and pod.node_name in nodes.known)
+        )
+        if due is None or seen:
+            continue  # not going; on a lost node (plan/nodes.py); on one seen alive (it confirms)
         overdue = (ctx.now - due).total_seconds()
         if overdue < FORCE_DELETE_AFTER_SECONDS:
             ctx.requeue.append(FORCE_DELETE_AFTER_SECONDS - overdue)
