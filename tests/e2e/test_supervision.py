@@ -36,6 +36,13 @@ with open(shared / f"{name}.incarnations", "a") as seen:
     seen.write(os.environ["SYNCREPLICAS_INCARNATION"] + "\n")
 script = json.loads(os.environ["SUPERVISION_SCRIPT"]).get(name, [])
 if n < len(script) and script[n] is not None:
+    # Every replica has started once before a scripted exit: under load an interpreter
+    # takes seconds to start, and a RestartJob must find each one running, not starting.
+    names = json.loads(os.environ["SUPERVISION_NAMES"])
+    deadline = time.monotonic() + 60.0
+    while not all((shared / f"{other}.starts").exists() for other in names):
+        assert time.monotonic() < deadline, "a replica never started"
+        time.sleep(0.05)
     time.sleep(0.5)
     sys.exit(script[n])
 while True:
@@ -87,6 +94,7 @@ def supervise(tmp_path: Path, parsed: Any, script: dict[str, list[int | None]],
                 "SYNCREPLICAS_JOB": "{}",
                 "SUPERVISION_DIR": str(shared),
                 "SUPERVISION_SCRIPT": json.dumps(script),
+                "SUPERVISION_NAMES": json.dumps(names),
             },
             tf_port=1, metrics_port=0,
         ))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -216,4 +218,55 @@ def test_a_restarted_replica_does_not_push_the_step_it_pushed_before_dying(
     assert int(reader.get_tensor("global_step")) == steps
     w_ref, b_ref, _ = reference_sgd(0, 2, steps, 8, 4, lr)
     np.testing.assert_allclose(reader.get_tensor("linear/w"), w_ref, rtol=1e-4, atol=1e-5)
+    assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
+
+
+def test_a_replica_killed_half_way_through_its_push_is_counted_once(tmp_path: Path) -> None:
+    """The chief's push reaches the accumulator on PS 0 and not the one on PS 1 (PS 1 is
+    SIGSTOPped for half a second), and the chief is SIGKILLed in that moment. The restarted
+    chief pushes that step again: PS 1's accumulator takes it and PS 0's drops it (it holds
+    the dead process's), so every update averages one gradient per replica and the weights
+    equal large-batch SGD. Without the drop, PS 0's update averages three gradients."""
+    steps, lr = 40, 0.05
+    ckpt = tmp_path / "ckpt"
+    # linear's 5 parameters as 5 variables, packed into one PS variable on each PS.
+    job = linear_job(parameterServers=2, training__maxSteps=steps, training__learningRate=lr,
+                     training__checkpointDir=str(ckpt), training__logEverySteps=100,
+                     training__packMinBytesPerPS=0,
+                     model__args={"dim": 4, "variables": 5})
+    chief_delay = StepDelay(tmp_path / "chief-delay", 100)
+    with start_cluster(job, workers=1, ps=2, workdir=tmp_path, env=runtime_env(),
+                       extra_env_per_replica={("chief", 0): chief_delay.env}) as cluster:
+        deadline = time.monotonic() + 240
+        while (metric_value(cluster.try_metrics_text("chief", 0) or "",
+                            "syncreplicas_global_step") or 0) < 10:
+            assert time.monotonic() < deadline, cluster.logs()
+            time.sleep(0.1)
+        chief_delay.set(600_000)  # the chief's next step waits before it runs
+        time.sleep(1.0)  # worker 0 pushed that step (to both PS) and waits for its token
+        ps1 = cluster.replica("ps", 1).pid
+        assert ps1 is not None
+        os.kill(ps1, signal.SIGSTOP)
+        try:
+            chief_delay.set(0)  # the chief's push: PS 0's accumulator takes it, PS 1 is stopped
+            time.sleep(0.4)
+            cluster.kill("chief", 0)
+            cluster.wait_one("chief", 0, timeout=10.0)
+        finally:
+            os.kill(ps1, signal.SIGCONT)
+        cluster.restart("chief", 0)
+        codes = cluster.wait(timeout=240)
+        logs = cluster.logs()
+    assert codes == {("ps", 0): 0, ("ps", 1): 0, ("chief", 0): 0, ("worker", 0): 0}, logs
+    chief_log = cluster.log("chief", 0)
+    assert "in 2 packed PS variables (model on 2 of 2 PS)" in chief_log, chief_log
+    # One sync epoch throughout: the update with the half push was not undone by a restore.
+    assert cluster.log("ps", 0).count("gate open: sync epoch") == 1, logs
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(ckpt))
+    assert int(reader.get_tensor("global_step")) == steps
+    w_ref, b_ref, _ = reference_sgd(0, 2, steps, 8, 4, lr)
+    w = np.concatenate([reader.get_tensor(f"linear/w_{i}") for i in range(4)])
+    np.testing.assert_allclose(w, w_ref, rtol=1e-4, atol=1e-5)
     assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)

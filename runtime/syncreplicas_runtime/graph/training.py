@@ -53,6 +53,7 @@ from ..sync.names import (
 )
 from ..sync.protocol import token_queue
 from .packing import Packing, local_model_variables, pack
+from .pushonce import push_once
 from .seqlock import SeqLock, add_seqlock
 
 v1 = tf.compat.v1
@@ -247,7 +248,10 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                 gs_at_push = global_step.read_value()
             for op in apply_ops:
                 op._add_control_input(gs_at_push.op)
-            with tf.control_dependencies(apply_ops):
+            landed = (push_once(apply_ops, sync_opt._accumulator_list, replica,
+                                container_name(epoch))
+                      if shares[replica] == (1, 0) else apply_ops)
+            with tf.control_dependencies(landed):
                 beat = tf.raw_ops.ResourceScatterUpdate(
                     resource=heartbeat.handle, indices=[replica],
                     updates=tf.reshape(tf.timestamp(), [1]))
@@ -255,12 +259,12 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                     resource=pushed_step.handle, indices=[replica],
                     updates=tf.reshape(tf.cast(gs_at_push, tf.int64), [1]))
                 pushed = pushes.enqueue(replica)
-            with tf.control_dependencies([*apply_ops, beat, mark, pushed]):
+            with tf.control_dependencies([*landed, beat, mark, pushed]):
                 token = queues[replica].dequeue()
             with tf.control_dependencies([token]):
                 gs_after = global_step.read_value()
         with tf.device(own):
-            with tf.control_dependencies(apply_ops):
+            with tf.control_dependencies(landed):
                 t_pushed = tf.timestamp()
             with tf.control_dependencies([token]):
                 t_token = tf.timestamp()
