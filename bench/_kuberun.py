@@ -81,6 +81,9 @@ class KubeRun:
     # (unix time, replica) of each process's first step ("first step done at unix time")
     firsts: list[tuple[float, str]] = field(default_factory=list)
     ips: dict[str, str] = field(default_factory=dict)
+    # Every line read, kept here per container log: the kubelet removes a pod's logs with
+    # the pod, and a replaced replica's last lines tell why it took long.
+    keep: Path | None = None
 
     def start(self, spec: dict[str, Any]) -> None:
         kube.kubectl("delete", "namespace", self.namespace, "--ignore-not-found",
@@ -121,7 +124,13 @@ class KubeRun:
         out: list[obs.StepEvent] = []
         for path in sorted(NODES.glob(f"*/pod-logs/{self.namespace}_{self.name}-*/*/*.log")):
             tail = self.tails.setdefault(path, obs.LogTail(path))
-            for line in tail.new_lines():
+            lines = tail.new_lines()
+            if self.keep is not None and lines:
+                self.keep.mkdir(parents=True, exist_ok=True)
+                name = f"{path.parent.parent.name}.{path.parent.name}.{path.stem}.log"
+                with (self.keep / name).open("a") as kept:
+                    kept.writelines(f"{line}\n" for line in lines)
+            for line in lines:
                 parsed = cri_line(line)
                 if parsed is None:
                     continue

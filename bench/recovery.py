@@ -256,7 +256,7 @@ def start_run(sc: Scenario, workdir: Path) -> tuple[Any, Callable[[tuple[str, in
         warm, spares = sc.system == "warm", int(sc.system == "spare")
         kube_run = _kuberun.KubeRun(
             namespace=f"bench-recovery-{'warm-' * warm}{'spare-' * spares}{sc.kind}",
-            name="recovery", warm=warm, spares=spares)
+            name="recovery", warm=warm, spares=spares, keep=workdir / "pod-logs")
         spec = _ours.job(R, 10**9, parameter_servers=sc.ps,
                          **job_options(sc, "/var/lib/syncreplicas/checkpoints"))
         spec["workers"] = sc.workers
@@ -387,7 +387,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="with --cluster: instead, the node faults on the multi-node cluster "
                         "(bench/nodefaults.py; its options: --repeats, --k8s-repeats, --only, "
                         "--systems, --timeout)")
-    p.add_argument("--keep-logs", action="store_true")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep the logs (on the cluster: every pod's, as read) in the temp dir")
     args = p.parse_args(argv)
     if args.quick:
         args.window, args.cost_repeats, args.warmup = 5.0, 1, 2.0

@@ -13,7 +13,7 @@ import pytest
 from syncreplicas_runtime.models import linear
 
 from tests.runtime.rtutil import StepDelay, linear_job, logged_steps, runtime_env
-from tests.support.tfcluster import metric_value, start_cluster
+from tests.support.tfcluster import LocalCluster, metric_value, start_cluster
 
 pytestmark = pytest.mark.slow
 ALL_OK = {("ps", 0): 0, ("chief", 0): 0, ("worker", 0): 0}
@@ -181,6 +181,15 @@ def test_many_variables_packed_over_two_ps_match_single_process(tmp_path: Path) 
     assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
 
 
+def wait_for_chief_step(cluster: LocalCluster, step: int) -> None:
+    """Until the chief's metrics say the global step reached ``step`` (240 s at most)."""
+    deadline = time.monotonic() + 240
+    while (metric_value(cluster.try_metrics_text("chief", 0) or "",
+                        "syncreplicas_global_step") or 0) < step:
+        assert time.monotonic() < deadline, cluster.logs()
+        time.sleep(0.1)
+
+
 def test_a_restarted_replica_does_not_push_the_step_it_pushed_before_dying(
         tmp_path: Path) -> None:
     """Worker 0 pushes its gradient and is SIGKILLed while it waits for the token; the
@@ -194,11 +203,7 @@ def test_a_restarted_replica_does_not_push_the_step_it_pushed_before_dying(
     chief_delay = StepDelay(tmp_path / "chief-delay", 200)
     with start_cluster(job, workers=1, ps=1, workdir=tmp_path, env=runtime_env(),
                        extra_env_per_replica={("chief", 0): chief_delay.env}) as cluster:
-        deadline = time.monotonic() + 240
-        while (metric_value(cluster.try_metrics_text("chief", 0) or "",
-                            "syncreplicas_global_step") or 0) < 10:
-            assert time.monotonic() < deadline, cluster.logs()
-            time.sleep(0.1)
+        wait_for_chief_step(cluster, 10)
         chief_delay.set(600_000)  # the chief's next step waits (until set back below)
         time.sleep(2.0)  # worker 0 pushed its next step and waits for the chief's gradient
         cluster.restart("worker", 0)
@@ -237,11 +242,7 @@ def test_a_replica_killed_half_way_through_its_push_is_counted_once(tmp_path: Pa
     chief_delay = StepDelay(tmp_path / "chief-delay", 100)
     with start_cluster(job, workers=1, ps=2, workdir=tmp_path, env=runtime_env(),
                        extra_env_per_replica={("chief", 0): chief_delay.env}) as cluster:
-        deadline = time.monotonic() + 240
-        while (metric_value(cluster.try_metrics_text("chief", 0) or "",
-                            "syncreplicas_global_step") or 0) < 10:
-            assert time.monotonic() < deadline, cluster.logs()
-            time.sleep(0.1)
+        wait_for_chief_step(cluster, 10)
         chief_delay.set(600_000)  # the chief's next step waits before it runs
         time.sleep(1.0)  # worker 0 pushed that step (to both PS) and waits for its token
         ps1 = cluster.replica("ps", 1).pid
