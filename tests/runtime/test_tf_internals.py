@@ -7,6 +7,7 @@ graph structure stock_pieces() reads, and per-epoch resource containers.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -92,6 +93,35 @@ def test_stock_pieces() -> None:
         # The update is the inner optimizer's apply, which increments the global step.
         assert update.type in ("AssignAddVariableOp", "NoOp")
         assert update.name == "GradientDescent"
+
+
+
+def test_push_once_lets_one_gradient_per_step_and_replica_into_an_accumulator() -> None:
+    """graph/pushonce.py: a second push at a step already applied is dropped (the
+    accumulator drops local step -1, which is below its global step); a push at a later
+    step is taken."""
+    from syncreplicas_runtime.graph.pushonce import push_once
+
+    def build(replica: int) -> tuple[Any, Any, Any]:
+        w = v1.get_variable("w", [2], initializer=v1.ones_initializer())
+        opt = v1.train.SyncReplicasOptimizer(v1.train.GradientDescentOptimizer(0.1), 2)
+        opt.apply_gradients(opt.compute_gradients(tf.reduce_sum(w * w)),
+                            global_step=v1.train.get_or_create_global_step())
+        apply_ops, _ = G.stock_pieces(opt)
+        done = push_once(apply_ops, opt._accumulator_list, replica, container_name(0xABC))
+        (acc, _device), = opt._accumulator_list
+        return tf.group(done), acc.num_accumulated(), opt._local_step.assign(1)
+
+    with tf.Graph().as_default(), v1.Session() as sess:
+        push, count, next_step = build(replica=0)
+        sess.run(v1.global_variables_initializer())
+        sess.run(v1.local_variables_initializer())
+        sess.run(push)
+        sess.run(push)  # the same replica at the same local step: dropped
+        assert sess.run(count) == 1
+        sess.run(next_step)
+        sess.run(push)  # a later step: taken
+        assert sess.run(count) == 2
 
 
 def test_epoch_containers_isolate_queues() -> None:

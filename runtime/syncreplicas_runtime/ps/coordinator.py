@@ -53,6 +53,7 @@ from ..sync.protocol import (
     SyncProtocol,
     members,
     new_epoch_id,
+    peer_error,
     unconfirmed,
 )
 
@@ -238,7 +239,7 @@ def run_sync_epochs(ctx: Context) -> None:
         try:
             result = sync_epoch(ctx, protocol, first)
         except PEER_ERRORS as err:
-            result = f"lost a PS ({type(err).__name__})"
+            result = f"lost a PS ({peer_error(err)})"
         if result == "done":
             return
         first = False

@@ -30,7 +30,7 @@ from ..state.checkpoints import restore_or_initialize, save_checkpoint
 from ..state.snapshots import SnapshotStore, Snapshotter
 from ..sync.fencing import stand_down_if_superseded, superseded_by
 from ..sync.handover import CHIEF_SLOT, POLL_SECONDS
-from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, unconfirmed
+from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, peer_error, unconfirmed
 from .steploop import EpochEnded, StepLoop, wait_for_phase
 from .worker import LinkFailures, reach_ps, wait_for_epoch
 
@@ -73,7 +73,7 @@ def train_chief(ctx: Context) -> int:
         except PEER_ERRORS as err:
             stand_down_if_superseded(ctx)
             protocol.reopen()
-            result = f"lost a peer ({type(err).__name__})"
+            result = f"lost a peer ({peer_error(err)})"
             link_failed = True
         first = False
         if result == "done":

@@ -18,7 +18,7 @@ from ..process.exits import Exit
 from ..process.mainthread import run_off_main_thread
 from ..process.sessions import close_quietly, open_session
 from ..sync.fencing import stand_down_if_superseded, start_fence_watch, superseded_by
-from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, SyncState
+from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, SyncState, peer_error
 from .steploop import EpochEnded, Leaving, StepLoop, check_leaving, wait_for_phase
 
 # The phases in which a replica may join an epoch.
@@ -109,7 +109,7 @@ def train_worker(ctx: Context) -> int:
             stand_down_if_superseded(ctx)
             protocol.reopen()
             left = links.epoch_to_skip(protocol, epoch, joined)
-            result = f"lost a peer ({type(err).__name__})"
+            result = f"lost a peer ({peer_error(err)})"
         if result == "done":
             return finish_worker(ctx, protocol)
         if result == "left":

@@ -40,6 +40,16 @@ v1 = tf.compat.v1
 # Errors that mean "a peer is not there (yet)": retried within a bounded wait.
 PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                tf.errors.AbortedError, tf.errors.CancelledError)
+
+
+def peer_error(err: BaseException, limit: int = 300) -> str:
+    """One of PEER_ERRORS as a log line names it: its type and its message on one line
+    (which says which task and address failed, and how), cut at ``limit`` characters."""
+    message = " ".join(str(getattr(err, "message", "") or err).split())
+    text = f"{type(err).__name__}: {message}" if message else type(err).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 # How often a wait on the protocol's state polls it (seconds).
 POLL = 0.02
 # In an epoch opened on a running job a replica may wait this much longer than its own
