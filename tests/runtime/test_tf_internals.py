@@ -7,7 +7,6 @@ graph structure stock_pieces() reads, and per-epoch resource containers.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -95,25 +94,21 @@ def test_stock_pieces() -> None:
         assert update.name == "GradientDescent"
 
 
-
 def test_push_once_lets_one_gradient_per_step_and_replica_into_an_accumulator() -> None:
     """graph/pushonce.py: a second push at a step already applied is dropped (the
     accumulator drops local step -1, which is below its global step); a push at a later
     step is taken."""
     from syncreplicas_runtime.graph.pushonce import push_once
 
-    def build(replica: int) -> tuple[Any, Any, Any]:
+    with tf.Graph().as_default(), v1.Session() as sess:
         w = v1.get_variable("w", [2], initializer=v1.ones_initializer())
         opt = v1.train.SyncReplicasOptimizer(v1.train.GradientDescentOptimizer(0.1), 2)
         opt.apply_gradients(opt.compute_gradients(tf.reduce_sum(w * w)),
                             global_step=v1.train.get_or_create_global_step())
         apply_ops, _ = G.stock_pieces(opt)
-        done = push_once(apply_ops, opt._accumulator_list, replica, container_name(0xABC))
+        push = tf.group(push_once(apply_ops, opt._accumulator_list, 0, container_name(0xABC)))
         (acc, _device), = opt._accumulator_list
-        return tf.group(done), acc.num_accumulated(), opt._local_step.assign(1)
-
-    with tf.Graph().as_default(), v1.Session() as sess:
-        push, count, next_step = build(replica=0)
+        count, next_step = acc.num_accumulated(), opt._local_step.assign(1)
         sess.run(v1.global_variables_initializer())
         sess.run(v1.local_variables_initializer())
         sess.run(push)

@@ -26,8 +26,6 @@ from typing import Any
 
 import tensorflow as tf
 
-v1 = tf.compat.v1
-
 TABLE_PREFIX = "syncreplicas_applied"
 
 
