@@ -84,6 +84,9 @@ class KubeRun:
     # Every line read, kept here per container log: the kubelet removes a pod's logs with
     # the pod, and a replaced replica's last lines tell why it took long.
     keep: Path | None = None
+    # False: the job's Services select its pods whether published or not, as before the
+    # operator took a terminating pod's address out of DNS (``--terminating-published``).
+    unpublish: bool = True
 
     def start(self, spec: dict[str, Any]) -> None:
         kube.kubectl("delete", "namespace", self.namespace, "--ignore-not-found",
@@ -92,6 +95,26 @@ class KubeRun:
         kube.kubectl("apply", "-n", self.namespace, "-f", "-",
                      input=yaml.safe_dump(manifest(self.name, spec, self.warm,
                                                    self.spares)))  # fmt: skip
+        if not self.unpublish:
+            self.select_terminating(1 + int(spec.get("parameterServers", 1))
+                                    + int(spec.get("workers", 0)))  # fmt: skip
+
+    def select_terminating(self, replicas: int, timeout: float = 120.0) -> None:
+        """Drop the published label from every replica Service's selector (the operator
+        creates Services only, it does not rewrite them)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            services = kube.kubectl_json("get", "services", "-n", self.namespace, "-l",
+                                         f"syncreplicas.io/job-name={self.name}")["items"]
+            if len(services) >= replicas:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(services)} of {replicas} Services within {timeout} s")
+            time.sleep(0.5)
+        for service in services:
+            kube.kubectl("patch", "service", service["metadata"]["name"], "-n", self.namespace,
+                         "--type=json", "-p", '[{"op": "remove", "path": '
+                         '"/spec/selector/syncreplicas.io~1published"}]')  # fmt: skip
 
     def stop(self) -> None:
         kube.kubectl("delete", "namespace", self.namespace, "--timeout=180s", check=False,

@@ -246,7 +246,8 @@ def job_options(sc: Scenario, ckpt: str) -> dict[str, Any]:
                 pack_min_bytes_per_ps=0 if sc.kind == "ps" else None)
 
 
-def start_run(sc: Scenario, workdir: Path) -> tuple[Any, Callable[[tuple[str, int]], bool], Any]:
+def start_run(sc: Scenario, workdir: Path, unpublish: bool = True
+              ) -> tuple[Any, Callable[[tuple[str, int]], bool], Any]:  # fmt: skip
     """(run, is a task's server up, restart) for one scenario's cluster, started."""
     ckpt = str(workdir / "ckpt")
     if sc.where == "cluster":
@@ -256,7 +257,8 @@ def start_run(sc: Scenario, workdir: Path) -> tuple[Any, Callable[[tuple[str, in
         warm, spares = sc.system == "warm", int(sc.system == "spare")
         kube_run = _kuberun.KubeRun(
             namespace=f"bench-recovery-{'warm-' * warm}{'spare-' * spares}{sc.kind}",
-            name="recovery", warm=warm, spares=spares, keep=workdir / "pod-logs")
+            name="recovery", warm=warm, spares=spares, keep=workdir / "pod-logs",
+            unpublish=unpublish)
         spec = _ours.job(R, 10**9, parameter_servers=sc.ps,
                          **job_options(sc, "/var/lib/syncreplicas/checkpoints"))
         spec["workers"] = sc.workers
@@ -286,7 +288,7 @@ def wait_training(sup: Supervisor, replicas: int, timeout: float) -> str:
 
 def run_series(sc: Scenario, opts: argparse.Namespace, workdir: Path) -> Series:
     series = Series(sc)
-    run, is_up, restart = start_run(sc, workdir)
+    run, is_up, restart = start_run(sc, workdir, unpublish=not opts.terminating_published)
     rng = random.Random(opts.seed)
     try:
         sup = Supervisor(run, series, restart, ours=sc.system != "stock")
@@ -387,6 +389,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="with --cluster: instead, the node faults on the multi-node cluster "
                         "(bench/nodefaults.py; its options: --repeats, --k8s-repeats, --only, "
                         "--systems, --timeout)")
+    p.add_argument("--terminating-published", action="store_true",
+                   help="cluster: the job's Services select a pod being deleted too (its "
+                        "address stays in DNS until its object is gone), as before the "
+                        "operator took it out")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep the logs (on the cluster: every pod's, as read) in the temp dir")
     args = p.parse_args(argv)

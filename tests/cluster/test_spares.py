@@ -7,7 +7,8 @@ whatever the recoveries did, as long as no restore was torn). The PS pod is dele
 kubelet's SIGTERM: it hands its state over) while the job trains: the spare takes the PS's
 identity (its labels, so the PS's Service and DNS name point to it; a new incarnation), the
 job trains on with 0 steps lost, a new spare starts behind it, and the final weights equal
-plain SGD. (Which spare may become which role, and what the operator does with one that
+plain SGD. The old PS's address leaves its Service while its pod still terminates. (Which
+spare may become which role, and what the operator does with one that
 refuses: tests/unit/test_plan_spares.py; the spare's endpoint: tests/runtime/test_spare.py.)
 """
 
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 from tests.cluster import kube
+from tests.cluster.objectstream import ObjectStream
 from tests.cluster.slowjob import SHARED, lift_delay, shared_dir
 from tests.cluster.test_failures import (
     JOB,
@@ -74,6 +76,48 @@ def is_ready(item: dict[str, Any]) -> bool:
                for c in item["status"].get("conditions", []))  # fmt: skip
 
 
+class Seen:
+    """Every version of one pod (by uid) and of its replica's EndpointSlice, as the watches
+    deliver them: when the pod went without the published label while terminating, when
+    the slice stopped holding its address, when the pod object was gone."""
+
+    def __init__(self, namespace: str, uid: str, address: str) -> None:
+        self.namespace, self.uid, self.address = namespace, uid, address
+        self.events: list[tuple[float, str, str]] = []
+        self.unpublished_while_terminating = False
+        self.address_left_at: float | None = None
+        self.gone_at: float | None = None
+        self.pods = ObjectStream("pods", self.saw_pod)
+        self.slices = ObjectStream("endpointslices", self.saw_slice)
+
+    def saw_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        if meta.get("uid") != self.uid:
+            return
+        at = time.monotonic()
+        labels = meta.get("labels") or {}
+        self.events.append((at, "pod " + kind, str(sorted(labels))))
+        if kind == "DELETED":
+            self.gone_at = self.gone_at or at
+        elif meta.get("deletionTimestamp") and "syncreplicas.io/published" not in labels:
+            self.unpublished_while_terminating = True
+
+    def saw_slice(self, kind: str, item: dict[str, Any]) -> None:
+        meta = item.get("metadata") or {}
+        service = (meta.get("labels") or {}).get("kubernetes.io/service-name")
+        if meta.get("namespace") != self.namespace or service != f"{JOB}-ps-0":
+            return
+        addresses = {a for e in item.get("endpoints") or [] for a in e.get("addresses") or []}
+        at = time.monotonic()
+        self.events.append((at, "slice " + kind, str(sorted(addresses))))
+        if self.address not in addresses and self.address_left_at is None:
+            self.address_left_at = at
+
+    def stop(self) -> None:
+        self.pods.stop()
+        self.slices.stop()
+
+
 def spares_ready(namespace: str) -> int:
     return int((status(namespace).get("spares") or {}).get("ready") or 0)
 
@@ -97,6 +141,7 @@ def test_a_spare_takes_over_a_deleted_ps_and_the_weights_equal_sgd(
         assert old is not None and old["metadata"]["name"] == f"{JOB}-ps-0"
         since = now_rfc3339()
         before = step_of(namespace, f"{JOB}-worker-0")
+        seen = Seen(namespace, old["metadata"]["uid"], old["status"]["podIP"])
         deleted_at = time.monotonic()
         kube.kubectl("delete", "pod", f"{JOB}-ps-0", "-n", namespace, "--wait=false")
 
@@ -113,6 +158,13 @@ def test_a_spare_takes_over_a_deleted_ps_and_the_weights_equal_sgd(
         assert "syncreplicas.io/spare" not in meta["labels"]
         kube.eventually("the global step moves again", lambda: step_of(
             namespace, f"{JOB}-worker-0") > before + 20, 120, interval=0.2)  # fmt: skip
+        seen.stop()
+        # The old PS's address left its Service while the pod was still terminating (the
+        # operator removed the label the Service selects on), not when its object went:
+        # a peer resolving ps-0 after the deletion never dials an address about to go.
+        assert seen.unpublished_while_terminating, seen.events[-20:]
+        assert seen.gone_at is not None and seen.address_left_at is not None, seen.events
+        assert seen.address_left_at < seen.gone_at, seen.events
         figures["PS deleted: training again after, s"] = f"{time.monotonic() - deleted_at:.1f}"
         # The PS's Service now selects the spare: its DNS name resolves to the spare's IP.
         endpoints = kube.kubectl_json("get", "endpointslices", "-n", namespace, "-l",

@@ -1,5 +1,6 @@
 """Carrying out a plan: an Event the API refuses does not keep the status from the job; a
-batch of deletions slower than an expectation's lifetime is not sent again."""
+batch of deletions slower than an expectation's lifetime is not sent again; a pod's
+published label set and removed, a pod gone meanwhile skipped."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from typing import Any
 from syncreplicas_operator.controller import expectations as expectations_module
 from syncreplicas_operator.controller.apply import apply_plan
 from syncreplicas_operator.controller.expectations import Expectations
-from syncreplicas_operator.core.actions import WARNING, DeletePod, EmitEvent, PatchStatus
+from syncreplicas_operator.core import naming
+from syncreplicas_operator.core.actions import (
+    WARNING,
+    DeletePod,
+    EmitEvent,
+    PatchStatus,
+    PublishPod,
+)
 from syncreplicas_operator.core.plan.context import Plan
 from syncreplicas_operator.core.status import ObservedPod
 from syncreplicas_operator.resources.k8s import ApiError
@@ -78,3 +86,32 @@ def test_pods_deleted_by_a_slow_batch_stay_expected_until_the_watch_shows_them(
     pods = [ObservedPod(name=n, replica_type="worker", index=i) for i, n in enumerate(names)]
     observed = expected.observe("j", pods, set(), policy=True)
     assert all(p.deleting for p in observed.pods), observed.pods
+
+
+class PodPatches:
+    """An API that records pod patches; ``gone`` pods answer 404 (False)."""
+
+    def __init__(self, gone: set[str]) -> None:
+        self.gone = gone
+        self.patched: list[tuple[str, Mapping[str, Any]]] = []
+
+    def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
+        self.patched.append((name, patch))
+        return name not in self.gone
+
+    def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
+        self.patched.append(("status", patch))
+        return True
+
+
+def test_a_going_pod_leaves_its_service_and_one_already_gone_stops_nothing() -> None:
+    api = PodPatches(gone={"j-ps-0"})
+    plan = Plan(actions=(PublishPod("j-ps-0", published=False),
+                         PublishPod("j-worker-0", published=True),
+                         PatchStatus({"phase": "Running"})), status={})  # fmt: skip
+    assert not apply_plan(api, NoCounters(), JOB, plan, Expectations())  # type: ignore[arg-type]
+    assert api.patched == [
+        ("j-ps-0", {"metadata": {"labels": {naming.LABEL_PUBLISHED: None}}}),
+        ("j-worker-0", {"metadata": {"labels": {naming.LABEL_PUBLISHED: "true"}}}),
+        ("status", {"phase": "Running"}),
+    ]

@@ -76,7 +76,10 @@ def test_pod_and_service_identity(replica_type: str, index: int) -> None:
                 "blockOwnerDeletion": True,
             }
         ]
-    assert service["spec"]["selector"] == labels
+    # The Service selects the pod while it carries the published label (not once going).
+    published = {**labels, naming.LABEL_PUBLISHED: "true"}
+    assert service["spec"]["selector"] == published
+    assert published.items() <= pod["metadata"]["labels"].items()
     assert pod["metadata"]["annotations"][naming.ANNOTATION_JOB_GENERATION] == "3"
     tf_config = json.loads(env(pod)["TF_CONFIG"])
     assert tf_config["task"] == {"type": replica_type, "index": index}
@@ -598,7 +601,7 @@ def test_headless_service() -> None:
     assert service["spec"] == {
         "clusterIP": "None",
         "publishNotReadyAddresses": True,
-        "selector": naming.replica_labels("job", "worker", 1),
+        "selector": {**naming.replica_labels("job", "worker", 1), naming.LABEL_PUBLISHED: "true"},
         "ports": [
             {"name": "tf", "port": 2222, "targetPort": 2222, "protocol": "TCP"},
             {"name": "metrics", "port": 9100, "targetPort": 9100, "protocol": "TCP"},

@@ -25,6 +25,7 @@ from syncreplicas_operator.core.actions import (
     DeletePodGroup,
     EmitEvent,
     PatchStatus,
+    PublishPod,
 )
 from syncreplicas_operator.core.plan.children import FORCE_DELETE_AFTER_SECONDS
 from syncreplicas_operator.core.plan.context import Observed, Plan
@@ -88,6 +89,9 @@ class World:
                 self.pods.pop(action.name, None)
             elif isinstance(action, DeletePodGroup):
                 self.pod_group = False
+            elif isinstance(action, PublishPod) and action.name in self.pods:
+                self.pods[action.name] = replace(self.pods[action.name],
+                                                 published=action.published)  # fmt: skip
         self.status = self.last.status
         return self.last
 
@@ -638,6 +642,8 @@ def test_an_evicted_or_preempted_replica_is_restarted_and_named(cause: str) -> N
     assert event.reason == naming.REASON_REPLICA_RESTARTED and cause in event.message
     assert world.status["replicaStatuses"]["ps"]["restarts"] == 0
     world.set_deleting("j-ps-0", cause)  # still going: the same news is no new Event
+    # (only its address out of its Service, once)
+    assert world.plan().actions == (PublishPod("j-ps-0", published=False),)
     assert world.plan().actions == ()
     del world.pods["j-ps-0"]
     plan = world.plan()

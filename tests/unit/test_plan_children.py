@@ -1,4 +1,5 @@
-"""Children steps: force-delete stuck pods; create, prune and report the job's children."""
+"""Children steps: force-delete stuck pods; keep a going pod's address out of DNS; create,
+prune and report the job's children."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from typing import Any
 
 import pytest
 from syncreplicas_operator.core import naming
-from syncreplicas_operator.core.actions import CreateChild, DeletePod, DeleteService
+from syncreplicas_operator.core.actions import CreateChild, DeletePod, DeleteService, PublishPod
 from syncreplicas_operator.core.nodes import NodeHealth
 from syncreplicas_operator.core.plan.children import (
     FORCE_DELETE_AFTER_SECONDS,
     force_delete_stuck,
+    publish_addresses,
     reconcile_children,
 )
 from syncreplicas_operator.core.status import ObservedPod
@@ -46,6 +48,33 @@ def test_force_delete_stuck(
     assert (DeletePod("j-worker-0", grace_period_seconds=0) in ctx.actions) is forced
     assert reasons(ctx) == ([naming.REASON_FORCE_DELETED] if forced else [])
     assert ctx.requeue == pytest.approx(requeue)
+
+
+@pytest.mark.parametrize(
+    ("name", "replica_type", "index", "published", "deleting", "action"),
+    [
+        # Being deleted: out of its Service at once (its successor is not confused with it).
+        ("j-ps-0", "ps", 0, True, True, PublishPod("j-ps-0", published=False)),
+        ("j-worker-1", "worker", 1, True, True, PublishPod("j-worker-1", published=False)),
+        # Already out, or running and in: nothing to write.
+        ("j-ps-0", "ps", 0, False, True, None),
+        ("j-chief-0", "chief", 0, True, False, None),
+        # Running without the label (made by an older operator): put in its Service.
+        ("j-chief-0", "chief", 0, False, False, PublishPod("j-chief-0", published=True)),
+        # Scaled down (index 2 of 2 workers): no successor, no write.
+        ("j-worker-2", "worker", 2, True, True, None),
+        ("j-worker-2", "worker", 2, False, False, None),
+    ],
+)
+def test_publish_addresses(
+    name: str, replica_type: str, index: int, published: bool, deleting: bool,
+    action: PublishPod | None,
+) -> None:  # fmt: skip
+    pod = ObservedPod(name, replica_type, index, published=published, deleting=deleting)
+    ctx = context(JOB, [pod])
+    assert publish_addresses(ctx) is False
+    assert ctx.actions == ([action] if action else [])
+    assert reasons(ctx) == []
 
 
 @pytest.mark.parametrize(

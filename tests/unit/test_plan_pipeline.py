@@ -22,6 +22,7 @@ ALL_STEPS = [
     "start",
     "check_deadline",
     "check_gang_scheduler",
+    "publish_addresses",
     "handle_exits",
     "check_chief",
     "plan_resize",

@@ -82,6 +82,7 @@ def test_a_spare_is_a_worker_pod_without_an_identity_in_spare_mode() -> None:
     assert meta["name"] == "j-spare-3"
     assert meta["labels"][naming.LABEL_SPARE] == "true"
     assert naming.LABEL_REPLICA_TYPE not in meta["labels"]  # no Service selects it
+    assert naming.LABEL_PUBLISHED not in meta["labels"]
     assert naming.ANNOTATION_INCARNATION not in meta["annotations"]
     container = pod["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -133,6 +134,7 @@ def test_the_assignment_is_the_replicas_own_variables_and_nothing_else() -> None
     patch = spares.takeover_patch(JOB, naming.PS, 0, 1234)
     labels = patch["metadata"]["labels"]
     assert labels[naming.LABEL_REPLICA_TYPE] == "ps" and labels[naming.LABEL_SPARE] is None
+    assert labels[naming.LABEL_PUBLISHED] == "true"  # the replica's Service selects it
     assert patch["metadata"]["annotations"][naming.ANNOTATION_INCARNATION] == "1234"
 
 

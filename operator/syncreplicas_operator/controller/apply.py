@@ -27,6 +27,7 @@ from ..core.actions import (
     ObserveMetric,
     PatchStatus,
     PatchWorkload,
+    PublishPod,
 )
 from ..core.plan.context import Plan
 from ..core.plan.spares import failed_assignment
@@ -115,6 +116,12 @@ def apply_plan(
             expectations.expect_deleted(names)
             client.delete_many("Pod", namespace, names, first.grace_period_seconds)
             expectations.expect_deleted(names)
+        elif isinstance(first, PublishPod):
+            for action in batch:
+                assert isinstance(action, PublishPod)
+                labels = {naming.LABEL_PUBLISHED: naming.PUBLISHED if action.published else None}
+                # A pod gone meanwhile (404) needs nothing more.
+                client.patch_pod(namespace, action.name, {"metadata": {"labels": labels}})
         elif isinstance(first, DeletePodGroup):
             client.delete(
                 naming.POD_GROUP_KIND, namespace, first.name, api_version=first.api_version
@@ -228,5 +235,5 @@ def _same_batch(first: Action, other: Action) -> bool:
             and first.grace_period_seconds == other.grace_period_seconds
         )
     return type(first) is type(other) and isinstance(
-        first, DeleteService | EmitEvent | CountMetric | ObserveMetric
+        first, DeleteService | PublishPod | EmitEvent | CountMetric | ObserveMetric
     )

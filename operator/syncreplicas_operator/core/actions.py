@@ -46,6 +46,16 @@ class DeletePod:
 
 
 @dataclass(frozen=True)
+class PublishPod:
+    """Set (``published``) or remove the label a replica's Service selects on
+    (naming.LABEL_PUBLISHED): removed from a pod being deleted, its address leaves the
+    replica's DNS name at once, not when the pod object is gone."""
+
+    name: str
+    published: bool
+
+
+@dataclass(frozen=True)
 class DeleteService:
     name: str
 
@@ -135,6 +145,7 @@ class DeleteJob:
 Action = (
     CreateChild
     | DeletePod
+    | PublishPod
     | DeleteService
     | DeletePodGroup
     | PatchStatus

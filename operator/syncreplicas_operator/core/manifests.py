@@ -215,7 +215,11 @@ def build_pod(
     labels = naming.replica_labels(job.name, replica_type, index)
     metadata = _metadata(job, naming.replica_name(job.name, replica_type, index), labels)
     template_meta = template.get("metadata") or {}
-    metadata["labels"] = {**(template_meta.get("labels") or {}), **metadata["labels"]}
+    metadata["labels"] = {
+        **(template_meta.get("labels") or {}),
+        **metadata["labels"],
+        naming.LABEL_PUBLISHED: naming.PUBLISHED,
+    }
     pod_annotations = dict(template_meta.get("annotations") or {})
     if job.generation is not None:
         pod_annotations[naming.ANNOTATION_JOB_GENERATION] = str(job.generation)
@@ -338,7 +342,9 @@ def build_pod_group(job: Job) -> Manifest:
 
 def build_service(job: Job, replica_type: str, index: int) -> Manifest:
     """The headless Service of one replica, named like its pod. Addresses are published
-    before the pod is ready: gRPC peers must resolve each other while starting up."""
+    before the pod is ready: gRPC peers must resolve each other while starting up; and
+    no longer once the pod is being deleted (it selects naming.LABEL_PUBLISHED, which the
+    operator then removes: plan/children.py)."""
     if not 0 <= index < job.spec.replica_count(replica_type):
         raise ValueError(f"{replica_type} index {index} out of range for job {job.name}")
     labels = naming.replica_labels(job.name, replica_type, index)
@@ -366,7 +372,7 @@ def build_service(job: Job, replica_type: str, index: int) -> Manifest:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": dict(labels),
+            "selector": {**labels, naming.LABEL_PUBLISHED: naming.PUBLISHED},
             "ports": ports,
         },
     }

@@ -43,6 +43,14 @@ LABEL_REPLICA_INDEX: Final = f"{GROUP}/replica-index"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "syncreplicas-operator"
 
+# "true" on a replica's pod while its address is published: its headless Service selects on
+# it. The operator removes it as soon as the pod is being deleted, so that a peer resolving
+# the replica's name is never sent to an address that is about to go (a terminating pod
+# stays in its EndpointSlice, ready, under publishNotReadyAddresses); the replica's next
+# pod, or the spare taking it over, carries it.
+LABEL_PUBLISHED: Final = f"{GROUP}/published"
+PUBLISHED: Final = "true"
+
 # The job generation a child was built from: lets the planner tell children made from an
 # older spec apart without diffing pod templates.
 ANNOTATION_JOB_GENERATION: Final = f"{GROUP}/job-generation"

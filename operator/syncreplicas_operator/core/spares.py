@@ -121,7 +121,7 @@ def build_spare(
     labels = {
         k: v
         for k, v in meta["labels"].items()
-        if k not in (naming.LABEL_REPLICA_TYPE, naming.LABEL_REPLICA_INDEX)
+        if k not in (naming.LABEL_REPLICA_TYPE, naming.LABEL_REPLICA_INDEX, naming.LABEL_PUBLISHED)
     }
     meta["labels"] = {**labels, **naming.spare_labels(job.name)}
     annotations = dict(meta.get("annotations") or {})
@@ -193,6 +193,7 @@ def takeover_patch(job: Job, replica_type: str, index: int, incarnation: int) ->
         "metadata": {
             "labels": {
                 **naming.replica_labels(job.name, replica_type, index),
+                naming.LABEL_PUBLISHED: naming.PUBLISHED,
                 naming.LABEL_SPARE: None,
             },
             "annotations": {

@@ -120,6 +120,8 @@ class ObservedPod:
     exit_step: int | None = None
     # spec.nodeName: the node it was scheduled to ("" while unscheduled).
     node_name: str = ""
+    # It carries the label its Service selects on (naming.LABEL_PUBLISHED).
+    published: bool = True
     # Its syncreplicas.io/incarnation annotation (0 when it has none).
     incarnation: int = 0
 
@@ -226,6 +228,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
         warm_restarts=max(message.process_restarts, last_message.process_restarts),
         node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
         incarnation=_incarnation(meta.get("annotations") or {}),
+        published=labels.get(naming.LABEL_PUBLISHED) == naming.PUBLISHED,
     )
 
 

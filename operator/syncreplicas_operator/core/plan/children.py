@@ -1,5 +1,6 @@
 """The job's children: create what is missing (PodGroup, NetworkPolicy, Services, then pods),
-delete what is out of range, force-delete pods stuck terminating on a lost node.
+delete what is out of range, force-delete pods stuck terminating on a lost node, keep the
+addresses of pods being deleted out of DNS.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..actions import (
     CreateChild,
     DeletePod,
     DeleteService,
+    PublishPod,
 )
 from ..status import POD_RUNNING, ObservedPod, condition_is_true
 from ..timefmt import parse_time
@@ -52,6 +54,24 @@ def force_delete_stuck(ctx: PlanContext) -> bool:
             "deleted with gracePeriodSeconds 0, still terminating past the end of their "
             f"grace period (their node is likely lost): {', '.join(forced)}",
         )
+    return False
+
+
+def publish_addresses(ctx: PlanContext) -> bool:
+    """A replica's pod is in its Service (naming.LABEL_PUBLISHED) until it is being deleted.
+
+    Taken out then, a peer that resolves the name while the pod terminates, or just after
+    it exited, finds no address or its successor's, never one about to go (a connection
+    there waits seconds for a host that no longer answers). Only replicas the job keeps: a
+    job that stops (finished, suspended, held by its queue) ends its pass before this step,
+    and a pod out of range (scaled down) has no successor to be confused with. A pod
+    without the label that is not going (one made by an older operator) is given it.
+    """
+    for pod in sorted(ctx.observed.pods, key=lambda p: p.name):
+        if pod.index >= ctx.spec.replica_count(pod.replica_type):
+            continue
+        if pod.published == pod.deleting:
+            ctx.actions.append(PublishPod(pod.name, published=not pod.deleting))
     return False
 
 

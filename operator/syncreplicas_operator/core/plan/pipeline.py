@@ -37,6 +37,7 @@ STEPS: Final[tuple[Step, ...]] = (
     lifecycle.start,
     lifecycle.check_deadline,
     lifecycle.check_gang_scheduler,
+    children.publish_addresses,
     exits.handle_exits,
     chief.check_chief,
     resize.plan_resize,
