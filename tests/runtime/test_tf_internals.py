@@ -166,3 +166,16 @@ def test_model_contract_errors() -> None:
         G.build_training_graph(c, lambda **_: (_ for _ in ()).throw(RuntimeError("x")), 1)
     with pytest.raises(ModelError, match="'loss' must be a scalar float tensor"):
         G.build_training_graph(c, lambda **_: {"loss": 3}, 1)
+
+
+@pytest.mark.parametrize(("role", "index", "hosts"), [
+    ("worker", 0, ["127.0.0.1", "127.0.0.1"]),
+    # A PS probes itself on localhost: its own name leaves DNS while its pod is deleted
+    # (the operator unpublishes it) and it still hands its state over.
+    ("ps", 1, ["127.0.0.1", "localhost"]),
+    ("ps", 0, ["localhost", "127.0.0.1"]),
+])  # fmt: skip
+def test_a_ps_probes_itself_on_localhost(role: str, index: int, hosts: list[str]) -> None:
+    from syncreplicas_runtime.sync.protocol import probe_targets
+
+    assert probe_targets(cfg(role, index)) == list(zip(hosts, [1, 2], strict=True))

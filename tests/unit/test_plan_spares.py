@@ -158,6 +158,37 @@ def test_a_replica_whose_pod_is_gone_goes_to_a_ready_spare_not_a_new_pod() -> No
 
 
 @pytest.mark.parametrize(
+    ("phase", "taken"),
+    [
+        ("Running", False),  # still terminating: its process may still run
+        ("Failed", True),  # its container has exited (SIGTERM: 143): the spare takes over
+        ("Succeeded", True),
+    ],
+)
+def test_a_pod_being_deleted_hands_its_replica_to_a_spare_once_it_has_stopped(
+    phase: str, taken: bool
+) -> None:
+    pods = [replace(p, deleting=True, phase=phase, published=False) if p.name == "j-ps-0"
+            else p for p in pods_of(JOB)]  # fmt: skip
+    ctx = context(JOB, pods, spares=(spare("j-spare-0"),))
+    reconcile_children(ctx)
+    assigns = [(a.spare, a.replica) for a in ctx.actions if isinstance(a, AssignSpare)]
+    assert assigns == ([("j-spare-0", "ps-0")] if taken else [])
+    # Never a new pod over the old one (the same name) while its object is there.
+    assert not [a for a in ctx.actions if isinstance(a, CreateChild) and a.kind == "Pod"]
+    holder = ctx.holder(naming.PS, 0)
+    assert holder is not None and holder.name == ("j-spare-0" if taken else "j-ps-0")
+
+
+def test_a_stopped_pod_without_a_spare_waits_for_its_object_to_go() -> None:
+    pods = [replace(p, deleting=True, phase="Failed") if p.name == "j-ps-0" else p
+            for p in pods_of(JOB)]  # fmt: skip
+    ctx = context(JOB, pods)
+    reconcile_children(ctx)
+    assert not [a for a in ctx.actions if isinstance(a, CreateChild | AssignSpare)]
+
+
+@pytest.mark.parametrize(
     ("why", "changes"),
     [
         ("not ready", {"ready": False}),

@@ -99,6 +99,19 @@ def unconfirmed(elastic: bool, state: SyncState) -> list[int]:
     return [r for r in who if not state.done[r]]
 
 
+def probe_targets(cfg: ClusterConfig) -> list[tuple[str, int]]:
+    """(host, port) of every PS for a TCP probe; a PS reaches itself on localhost (as
+    TensorFlow dials its own task): its name leaves DNS as soon as its pod is being
+    deleted, while it still hands its state over."""
+    targets = []
+    for index, address in enumerate(cfg.ps_addresses):
+        host, _, port = address.rpartition(":")
+        if cfg.role == "ps" and index == cfg.index:
+            host = "localhost"
+        targets.append((host, int(port)))
+    return targets
+
+
 class SyncProtocol:
     """A session of this replica on the protocol graph. Safe to use from several threads."""
 
@@ -194,14 +207,15 @@ class SyncProtocol:
     def probe(self, timeout: float = 2.0) -> None:
         """Raises one of PEER_ERRORS unless every PS answers within ``timeout``.
 
-        A PS that is not listening fails fast on a TCP connect. Session set-up towards a
+        A PS that is not listening fails fast on a TCP connect (a PS connects to itself on
+        localhost). Session set-up towards a
         listening but unresponsive PS can block past RunOptions' timeout, so the run is made
         on a helper thread and abandoned (with its session) when it overruns.
         """
-        for address in self.cfg.ps_addresses:
-            host, _, port = address.rpartition(":")
+        for address, (host, port) in zip(self.cfg.ps_addresses, probe_targets(self.cfg),
+                                         strict=True):  # fmt: skip
             try:
-                socket.create_connection((host, int(port)), timeout=timeout).close()
+                socket.create_connection((host, port), timeout=timeout).close()
             except OSError as err:
                 raise tf.errors.UnavailableError(None, None, f"{address}: {err}") from err
         result: list[BaseException | None] = []

@@ -149,7 +149,12 @@ def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
     for replica_type, count in ctx.spec.replica_counts().items():
         for index in range(count):
             name = naming.replica_name(job.name, replica_type, index)
-            if ctx.holder(replica_type, index) is not None:
+            held = ctx.holder(replica_type, index)
+            # A pod being deleted whose containers have stopped may hand its replica to a
+            # spare at once (its address is out of DNS: publish_addresses); a new pod of
+            # the same name waits until the kubelet has removed it.
+            stopped = held is not None and held.deleting and held.finished
+            if held is not None and not stopped:
                 continue  # present, or still terminating: never create over it
             if restarting_job and replica_type == naming.WORKER and not ps_up:
                 continue  # RestartJob: workers wait for the new parameter servers
@@ -161,6 +166,8 @@ def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
                 if unexplained and name in ctx.observed.services:
                     replaced.append(name)
                 continue
+            if stopped:
+                continue  # no spare: a new pod once the old one is gone
             annotations = {}
             if restarting_job and replica_type != naming.CHIEF:
                 restart_round = str(ctx.status["restartJob"].get("round", ""))
