@@ -32,7 +32,7 @@ from ..sync.fencing import stand_down_if_superseded, superseded_by
 from ..sync.handover import CHIEF_SLOT, POLL_SECONDS
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, peer_error, unconfirmed
 from .steploop import EpochEnded, StepLoop, wait_for_phase
-from .worker import LinkFailures, reach_ps, wait_for_epoch
+from .worker import LinkFailures, reach_ps, since, wait_for_epoch
 
 FINISH_WAIT_SECONDS = 30.0
 
@@ -66,11 +66,13 @@ def train_chief(ctx: Context) -> int:
         epoch = state.epoch
         joined = time.monotonic()
         link_failed = False
+        failed_at = None
         try:
             result = chief_epoch(ctx, protocol, epoch, store)
         except EpochEnded as why:  # "done": PS 0 ended training after an earlier last checkpoint
             result = "training ended" if str(why) == "done" else str(why)
         except PEER_ERRORS as err:
+            failed_at = time.monotonic()
             stand_down_if_superseded(ctx)
             protocol.reopen()
             result = f"lost a peer ({peer_error(err)})"
@@ -89,7 +91,7 @@ def train_chief(ctx: Context) -> int:
                 protocol.reopen()
                 left = epoch
         ctx.log(f"left sync epoch {epoch:x}: {result}; "
-                f"{'rejoining it' if left is None else 'rejoining'}")
+                f"{'rejoining it' if left is None else 'rejoining'}{since(failed_at)}")
 
 
 def finished_before(ctx: Context, global_step: int | None) -> int:

@@ -79,6 +79,12 @@ def leave(ctx: Context, protocol: SyncProtocol | None, sess: Any, training: Any,
             f"at unix time {time.time():.3f}")
 
 
+def since(failed_at: float | None) -> str:
+    """How long the checks after a peer error took (the fence, a new session, the probe):
+    the error came that long before the line that reports it."""
+    return "" if failed_at is None else f" ({time.monotonic() - failed_at:.2f}s after the error)"
+
+
 def train_worker(ctx: Context) -> int:
     cfg = ctx.cfg
     protocol = reach_ps(ctx)
@@ -100,12 +106,14 @@ def train_worker(ctx: Context) -> int:
         first = False
         epoch = state.epoch
         joined = time.monotonic()
+        failed_at = None
         try:
             result = train_epoch(ctx, protocol, epoch)
             left = epoch
         except EpochEnded as why:
             result, left = str(why), epoch
         except PEER_ERRORS as err:
+            failed_at = time.monotonic()
             stand_down_if_superseded(ctx)
             protocol.reopen()
             left = links.epoch_to_skip(protocol, epoch, joined)
@@ -117,7 +125,7 @@ def train_worker(ctx: Context) -> int:
         ctx.metrics.sync_resets.inc()
         ctx.set_ready(False)
         ctx.log(f"left sync epoch {epoch:x}: {result}; "
-                f"{'rejoining it' if left is None else 'rejoining'}")
+                f"{'rejoining it' if left is None else 'rejoining'}{since(failed_at)}")
         ctx.progress()
 
 
