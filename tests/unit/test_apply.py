@@ -99,6 +99,9 @@ class PodPatches:
         self.patched.append((name, patch))
         return name not in self.gone
 
+    def patch_pods(self, namespace: str, patches: list[tuple[str, Mapping[str, Any]]]) -> int:
+        return sum(self.patch_pod(namespace, name, patch) for name, patch in patches)
+
     def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
         self.patched.append(("status", patch))
         return True

@@ -69,6 +69,8 @@ class Api(Protocol):
 
     def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool: ...
 
+    def patch_pods(self, namespace: str, patches: list[tuple[str, Mapping[str, Any]]]) -> int: ...
+
     def patch(
         self, kind: str, namespace: str, name: str, patch: Mapping[str, Any], status: bool = False
     ) -> bool: ...
@@ -117,11 +119,13 @@ def apply_plan(
             client.delete_many("Pod", namespace, names, first.grace_period_seconds)
             expectations.expect_deleted(names)
         elif isinstance(first, PublishPod):
-            for action in batch:
-                assert isinstance(action, PublishPod)
-                labels = {naming.LABEL_PUBLISHED: naming.PUBLISHED if action.published else None}
-                # A pod gone meanwhile (404) needs nothing more.
-                client.patch_pod(namespace, action.name, {"metadata": {"labels": labels}})
+            published = [a for a in batch if isinstance(a, PublishPod)]
+            # A pod gone meanwhile (404) needs nothing more.
+            client.patch_pods(namespace, [
+                (a.name, {"metadata": {"labels": {
+                    naming.LABEL_PUBLISHED: naming.PUBLISHED if a.published else None}}})
+                for a in published
+            ])  # fmt: skip
         elif isinstance(first, DeletePodGroup):
             client.delete(
                 naming.POD_GROUP_KIND, namespace, first.name, api_version=first.api_version

@@ -212,14 +212,10 @@ def build_pod(
         raise ValueError(f"{replica_type} index {index} out of range for job {job.name}")
     template = role_template(spec, replica_type)
     pod_spec: Manifest = copy.deepcopy(template.get("spec") or {})
-    labels = naming.replica_labels(job.name, replica_type, index)
+    labels = naming.published_labels(job.name, replica_type, index)
     metadata = _metadata(job, naming.replica_name(job.name, replica_type, index), labels)
     template_meta = template.get("metadata") or {}
-    metadata["labels"] = {
-        **(template_meta.get("labels") or {}),
-        **metadata["labels"],
-        naming.LABEL_PUBLISHED: naming.PUBLISHED,
-    }
+    metadata["labels"] = {**(template_meta.get("labels") or {}), **metadata["labels"]}
     pod_annotations = dict(template_meta.get("annotations") or {})
     if job.generation is not None:
         pod_annotations[naming.ANNOTATION_JOB_GENERATION] = str(job.generation)
@@ -372,7 +368,7 @@ def build_service(job: Job, replica_type: str, index: int) -> Manifest:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {**labels, naming.LABEL_PUBLISHED: naming.PUBLISHED},
+            "selector": naming.published_labels(job.name, replica_type, index),
             "ports": ports,
         },
     }

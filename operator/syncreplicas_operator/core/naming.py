@@ -293,6 +293,12 @@ def replica_labels(job: str, replica_type: str, index: int) -> dict[str, str]:
     }
 
 
+def published_labels(job: str, replica_type: str, index: int) -> dict[str, str]:
+    """What a replica's Service selects on: its labels and LABEL_PUBLISHED (a pod of the
+    replica that is not being deleted carries them all)."""
+    return {**replica_labels(job, replica_type, index), LABEL_PUBLISHED: PUBLISHED}
+
+
 def job_selector(job: str) -> str:
     """Label selector string for list/watch calls: all children of one job."""
     return f"{LABEL_JOB_NAME}={job}"

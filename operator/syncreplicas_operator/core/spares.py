@@ -192,8 +192,7 @@ def takeover_patch(job: Job, replica_type: str, index: int, incarnation: int) ->
     return {
         "metadata": {
             "labels": {
-                **naming.replica_labels(job.name, replica_type, index),
-                naming.LABEL_PUBLISHED: naming.PUBLISHED,
+                **naming.published_labels(job.name, replica_type, index),
                 naming.LABEL_SPARE: None,
             },
             "annotations": {

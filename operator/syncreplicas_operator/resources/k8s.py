@@ -236,6 +236,13 @@ class Api:
             return sum(one(n) for n in names)
         return sum(self.pool.map(one, names))
 
+    def patch_pods(self, namespace: str, patches: list[tuple[str, Mapping[str, Any]]]) -> int:
+        """Merge-patch pods in parallel (bounded): (name, patch) each; how many still
+        existed."""
+        if len(patches) <= 1:
+            return sum(self.patch_pod(namespace, n, p) for n, p in patches)
+        return sum(self.pool.map(lambda np: self.patch_pod(namespace, *np), patches))
+
     def list_children(self, kind: str, namespace: str, job: str) -> list[dict[str, Any]]:
         """The job's children of one kind (by label; filtered again here, so a server that
         ignores the selector still gives the right answer)."""

@@ -208,9 +208,9 @@ class SyncProtocol:
         """Raises one of PEER_ERRORS unless every PS answers within ``timeout``.
 
         A PS that is not listening fails fast on a TCP connect (a PS connects to itself on
-        localhost). Session set-up towards a
-        listening but unresponsive PS can block past RunOptions' timeout, so the run is made
-        on a helper thread and abandoned (with its session) when it overruns.
+        localhost). Session set-up towards a listening but unresponsive PS can block past
+        RunOptions' timeout, so the run is made on a helper thread and abandoned (with its
+        session) when it overruns.
         """
         for address, (host, port) in zip(self.cfg.ps_addresses, probe_targets(self.cfg),
                                          strict=True):  # fmt: skip
