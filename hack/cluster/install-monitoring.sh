@@ -93,7 +93,7 @@ echo '{"kind": "Datasource", "metadata": {"name": "prometheus", "project": "sync
   > "$work/provisioning/datasource.json"
 "$kubectl" -n "$ns" create configmap perses-provisioning --from-file="$work/provisioning" \
   --dry-run=client -o yaml | "$kubectl" apply --server-side --force-conflicts -f - >/dev/null
-config_hash="$(sha256sum "$here/monitoring/perses.yaml" | cut -c1-16)"
+config_hash="$(cat "$here/monitoring/perses.yaml" "$work"/provisioning/* | sha256sum | cut -c1-16)"
 sed -e "s/\${PERSES_VERSION}/$PERSES_VERSION/g" -e "s/\${CONFIG_HASH}/$config_hash/g" \
   "$here/monitoring/perses.yaml" | "$kubectl" apply --server-side --force-conflicts -f - >/dev/null
 "$kubectl" -n "$ns" rollout status deploy/perses --timeout=3m >/dev/null \

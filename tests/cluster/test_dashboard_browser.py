@@ -117,8 +117,8 @@ def test_every_panel_is_drawn_with_data_through_a_chief_loss_a_resize_and_a_ps_l
     def served() -> Any:
         return perseslib.dashboard(base, perseslib.DASHBOARD)["spec"]
 
-    # A dashboard migrated again reaches Perses with its ConfigMap (the kubelet's sync,
-    # then provisioning: about a minute); on a cluster just made it is there already.
+    # Perses provisions the dashboard at its start; `make cluster` rolls it when the
+    # migrated dashboard changes, so on a cluster just made (or made again) it is there.
     kube.eventually("Perses serves the chart's files/perses/syncreplicas.json (else: it is "
                     "not what percli migrates from the Grafana JSON now; see "
                     "hack/cluster/perses/dashboard.py)", lambda: served() == shipped, 150)
