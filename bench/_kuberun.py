@@ -143,9 +143,20 @@ class KubeRun:
 
     # -- what bench/recovery.py's Supervisor reads ---------------------------------------
 
+    def log_paths(self) -> list[Path]:
+        """Every container log of the job's pods now (a kubelet may remove a pod's folder
+        while it is listed: then list again)."""
+        pattern = f"*/pod-logs/{self.namespace}_{self.name}-*/*/*.log"
+        for _ in range(5):
+            try:
+                return sorted(NODES.glob(pattern))
+            except FileNotFoundError:
+                continue
+        return []
+
     def events(self) -> list[obs.StepEvent]:
         out: list[obs.StepEvent] = []
-        for path in sorted(NODES.glob(f"*/pod-logs/{self.namespace}_{self.name}-*/*/*.log")):
+        for path in self.log_paths():
             tail = self.tails.setdefault(path, obs.LogTail(path))
             lines = tail.new_lines()
             if self.keep is not None and lines:

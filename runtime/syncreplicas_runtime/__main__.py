@@ -115,6 +115,7 @@ def main() -> int:
     if ctx.left:
         step = seen_step(metrics)
         if not cfg.elastic:  # stopped, not scaled down: its pod is replaced (143 says so)
+            ctx.let_name_go()
             return fail(128 + signal.SIGTERM, f"stopped by SIGTERM after leaving the job at "
                         f"global step {step}", step)
         return report_exit(OK, f"left the job at global step {step} (scaled down)", step)

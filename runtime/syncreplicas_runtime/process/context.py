@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +14,9 @@ from ..cluster import ClusterConfig
 from ..phases import ReplicaPhase
 from .metrics import RuntimeMetrics
 from .termination import exit_now
+from .unlisting import POLL_SECONDS, UNLISTED_WAIT_SECONDS, wait_until_unlisted
+
+SIGTERM_EXIT = 128 + signal.SIGTERM  # stopped: its pod is being deleted
 
 
 @dataclass
@@ -82,8 +86,21 @@ class Context:
 
     def exit_now(self, code: int, reason: str, global_step: int | None = None) -> NoReturn:
         """End the process at once, from any thread, with the contract's exit line and
-        termination message; its ``globalStep=`` is ``global_step``, else the last seen."""
+        termination message; its ``globalStep=`` is ``global_step``, else the last seen.
+        Stopped by SIGTERM, it first lets its name go (:meth:`let_name_go`)."""
+        if code == SIGTERM_EXIT:
+            self.let_name_go()
         exit_now(code, reason, global_step if global_step is not None else self.seen_step())
+
+    def let_name_go(self) -> None:
+        """Wait until this replica's name no longer resolves to this pod (process/unlisting.py),
+        and say so when that took a while."""
+        waited = wait_until_unlisted(self.cfg.address)
+        if waited is None:
+            self.log(f"its name still resolves to this pod after {UNLISTED_WAIT_SECONDS:.0f}s; "
+                     "exiting")
+        elif waited >= POLL_SECONDS:
+            self.log(f"waited {waited:.2f}s for its name to leave the cluster's DNS")
 
 
 def start_watchdog(ctx: Context) -> None:

@@ -41,6 +41,7 @@ from .. import exitcodes
 from ..cluster import UPDATES_FILE_ENV
 from ..graph.seqlock import settle_seqlock
 from ..graph.training import TrainingGraph, build_epoch_graph, tokens_per_replica
+from ..laps import Laps
 from ..phases import Phase
 from ..process.context import Context
 from ..process.exits import Exit
@@ -264,7 +265,7 @@ def sync_epoch(ctx: Context, protocol: SyncProtocol, first: bool) -> str:
     protocol.open_epoch(epoch)
     if state.initialized and state.epoch:
         protocol.close_token_queues(state.epoch)
-    t_open = time.monotonic()
+    laps = Laps()
     ctx.log(f"sync epoch {epoch:x} opened; waiting for the chief to keep, restore or "
             "initialize the variables")
     sess = open_session(cfg, ctx.server.target, training.graph,
@@ -272,6 +273,7 @@ def sync_epoch(ctx: Context, protocol: SyncProtocol, first: bool) -> str:
     stop = threading.Event()
     try:
         wait_for_variables(ctx, protocol, epoch)
+        laps.lap("variables")
         sess.run(training.chief_init_op)
         if training.seqlock is not None:  # before the first update of the epoch
             settle_seqlock(sess, training.seqlock)
@@ -288,6 +290,7 @@ def sync_epoch(ctx: Context, protocol: SyncProtocol, first: bool) -> str:
                         if cfg.elastic and state.initialized else range(cfg.total_replicas))
             joined = wait_for_replicas(ctx, protocol, epoch, REJOIN_GATE_SECONDS, expected,
                                        quorum=min(cfg.replicas_to_aggregate, len(expected)))
+        laps.lap("replicas")
         coordinator = Coordinator(ctx, sess, training, protocol)
         coordinator.open(joined)
         sess.run(training.gate_tokens_op)
@@ -296,9 +299,9 @@ def sync_epoch(ctx: Context, protocol: SyncProtocol, first: bool) -> str:
         threading.Thread(target=sample_loop, args=(ctx, sess, training, stop), name="sampler",
                          daemon=True).start()
         protocol.set_phase(Phase.RUNNING)
+        laps.lap("gate")
         ctx.log(f"gate open: sync epoch {epoch:x} running from global step {step} "
-                f"({time.monotonic() - t_open:.2f}s after it was opened) "
-                f"at unix time {time.time():.3f}")
+                f"at unix time {time.time():.3f} ({laps} after it was opened)")
         return watch_epoch(ctx, protocol, sess, training, loop, stop)
     finally:
         stop.set()

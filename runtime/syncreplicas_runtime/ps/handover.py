@@ -18,13 +18,12 @@ whether or not its snapshot came first: leaving would fail the checkpoint.
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 
 import tensorflow as tf
 
-from ..process.context import Context
+from ..process.context import SIGTERM_EXIT, Context
 from ..process.sessions import coordinator_session_config
 from ..sync.handover import (
     CHECKPOINT_WAIT_SECONDS,
@@ -33,8 +32,6 @@ from ..sync.handover import (
     ps_slot,
 )
 from ..sync.protocol import SyncProtocol
-
-SIGTERM_EXIT = 128 + signal.SIGTERM
 
 
 def hand_over_at_sigterm(ctx: Context) -> None:

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from .. import exitcodes
 from ..graph.training import TrainingGraph, build_epoch_graph
+from ..laps import Laps
 from ..phases import Phase
 from ..process.context import Context
 from ..process.exits import Exit
@@ -28,11 +29,11 @@ from ..process.mainthread import run_off_main_thread
 from ..process.sessions import close_quietly, open_session
 from ..state.checkpoints import restore_or_initialize, save_checkpoint
 from ..state.snapshots import SnapshotStore, Snapshotter
-from ..sync.fencing import stand_down_if_superseded, superseded_by
+from ..sync.fencing import superseded_by
 from ..sync.handover import CHIEF_SLOT, POLL_SECONDS
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, peer_error, unconfirmed
 from .steploop import EpochEnded, StepLoop, wait_for_phase
-from .worker import LinkFailures, reach_ps, since, wait_for_epoch
+from .worker import LinkFailures, after_peer_error, reach_ps, wait_for_epoch
 
 FINISH_WAIT_SECONDS = 30.0
 
@@ -60,38 +61,35 @@ def train_chief(ctx: Context) -> int:
         # An epoch this chief left is joined again while it is still being reset (the chief
         # lost a PS while restoring: PS 0 waits for the chief in it), or when only a link
         # failed and PS 0 still runs it (worker.epoch_to_skip).
+        laps = Laps()
         state = wait_for_epoch(ctx, protocol, left, limit)
         if state.phase == Phase.DONE:
             return finished_before(ctx, state.global_step)
+        laps.lap("epoch")
         epoch = state.epoch
         joined = time.monotonic()
-        link_failed = False
-        failed_at = None
+        took = ""
         try:
-            result = chief_epoch(ctx, protocol, epoch, store)
+            result = chief_epoch(ctx, protocol, epoch, store, laps)
         except EpochEnded as why:  # "done": PS 0 ended training after an earlier last checkpoint
             result = "training ended" if str(why) == "done" else str(why)
         except PEER_ERRORS as err:
-            failed_at = time.monotonic()
-            stand_down_if_superseded(ctx)
-            protocol.reopen()
+            ctx.set_ready(False)
+            left, took = after_peer_error(ctx, protocol, links, epoch, joined)
             result = f"lost a peer ({peer_error(err)})"
-            link_failed = True
         first = False
         if result == "done":
             return exitcodes.OK
         ctx.metrics.sync_resets.inc()
         ctx.set_ready(False)
-        if link_failed:
-            left = links.epoch_to_skip(protocol, epoch, joined)
-        else:
+        if not took:
             try:
                 left = None if protocol.state().phase == Phase.RESETTING else epoch
             except PEER_ERRORS:
                 protocol.reopen()
                 left = epoch
         ctx.log(f"left sync epoch {epoch:x}: {result}; "
-                f"{'rejoining it' if left is None else 'rejoining'}{since(failed_at)}")
+                f"{'rejoining it' if left is None else 'rejoining'}{took}")
 
 
 def finished_before(ctx: Context, global_step: int | None) -> int:
@@ -107,16 +105,22 @@ def finished_before(ctx: Context, global_step: int | None) -> int:
     return exitcodes.OK
 
 
-def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, store: SnapshotStore) -> str:
+def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, store: SnapshotStore,
+                laps: Laps) -> str:  # fmt: skip
     """Join ``epoch`` (resetting it first if PS 0 waits for that) and train; returns "done"
-    or why the epoch ended. ``store`` holds the freshest snapshot of this process."""
+    or why the epoch ended. ``store`` holds the freshest snapshot of this process; ``laps``
+    began when the chief started to wait for the epoch (the join's parts are added)."""
     cfg, m = ctx.cfg, ctx.metrics
     protocol.claim()  # slot 0 is this process's (or it is fenced off: 77)
+    laps.lap("claim")
     training = build_epoch_graph(ctx, epoch)
+    laps.lap("graph")
     sess = open_session(cfg, ctx.server.target, training.graph)
+    laps.lap("session")
     snapshots = None
     try:
         how, step = keep_or_restore(ctx, protocol, sess, training, epoch, store)
+        laps.lap("restore")
         if not ctx.start_counted:  # once per process, once the variables are there
             ctx.start_counted = True
             starts = int(sess.run(training.bump_chief_starts))
@@ -133,9 +137,10 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, store: Snapsho
             return finish_chief(ctx, protocol, sess, training, step)
         protocol.set_ready(0, epoch)
         wait_for_phase(ctx, protocol, epoch, Phase.RUNNING)
+        laps.lap("gate")
         ctx.set_ready(True)
         ctx.log(f"training in sync epoch {epoch:x} from global step {step} "
-                f"at unix time {time.time():.3f}")
+                f"at unix time {time.time():.3f} (joined in {laps})")
         if cfg.training.snapshot_every_steps:
             snapshots = Snapshotter(ctx, store, sess, training, step, protocol)
         return train(ctx, protocol, sess, training, step, snapshots)

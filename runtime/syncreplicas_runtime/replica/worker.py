@@ -12,12 +12,13 @@ import tensorflow as tf
 
 from .. import exitcodes
 from ..graph.training import build_epoch_graph
+from ..laps import Laps
 from ..phases import Phase, ReplicaPhase
 from ..process.context import Context, start_watchdog
 from ..process.exits import Exit
 from ..process.mainthread import run_off_main_thread
 from ..process.sessions import close_quietly, open_session
-from ..sync.fencing import stand_down_if_superseded, start_fence_watch, superseded_by
+from ..sync.fencing import start_fence_watch, superseded_by
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, SyncState, peer_error
 from .steploop import EpochEnded, Leaving, StepLoop, check_leaving, wait_for_phase
 
@@ -79,10 +80,18 @@ def leave(ctx: Context, protocol: SyncProtocol | None, sess: Any, training: Any,
             f"at unix time {time.time():.3f}")
 
 
-def since(failed_at: float | None) -> str:
-    """How long the checks after a peer error took (the fence, a new session, the probe):
-    the error came that long before the line that reports it."""
-    return "" if failed_at is None else f" ({time.monotonic() - failed_at:.2f}s after the error)"
+def after_peer_error(ctx: Context, protocol: SyncProtocol, links: LinkFailures, epoch: int,
+                     joined: float) -> tuple[int | None, str]:  # fmt: skip
+    """The checks after a peer error in ``epoch`` (joined at ``joined``): a new session
+    unless superseded (``reopen`` stands down first), then the epoch not to join again
+    (LinkFailures). That epoch, and how long each check took (for the "left sync epoch"
+    line: the error came that long before it)."""
+    laps = Laps()
+    protocol.reopen()
+    laps.lap("fence and session")
+    left = links.epoch_to_skip(protocol, epoch, joined)
+    laps.lap("probe")
+    return left, f" (checks after the error {laps})"
 
 
 def train_worker(ctx: Context) -> int:
@@ -96,6 +105,7 @@ def train_worker(ctx: Context) -> int:
     while True:
         limit = (cfg.training.startup_timeout_seconds if first
                  else cfg.training.chief_lost_timeout_seconds)
+        laps = Laps()
         try:
             state = wait_for_epoch(ctx, protocol, left, limit)
         except Leaving:
@@ -105,18 +115,16 @@ def train_worker(ctx: Context) -> int:
             return finish_worker(ctx, protocol)
         first = False
         epoch = state.epoch
+        laps.lap("epoch")
         joined = time.monotonic()
-        failed_at = None
+        took = ""
         try:
-            result = train_epoch(ctx, protocol, epoch)
+            result = train_epoch(ctx, protocol, epoch, laps)
             left = epoch
         except EpochEnded as why:
             result, left = str(why), epoch
         except PEER_ERRORS as err:
-            failed_at = time.monotonic()
-            stand_down_if_superseded(ctx)
-            protocol.reopen()
-            left = links.epoch_to_skip(protocol, epoch, joined)
+            left, took = after_peer_error(ctx, protocol, links, epoch, joined)
             result = f"lost a peer ({peer_error(err)})"
         if result == "done":
             return finish_worker(ctx, protocol)
@@ -125,7 +133,7 @@ def train_worker(ctx: Context) -> int:
         ctx.metrics.sync_resets.inc()
         ctx.set_ready(False)
         ctx.log(f"left sync epoch {epoch:x}: {result}; "
-                f"{'rejoining it' if left is None else 'rejoining'}{since(failed_at)}")
+                f"{'rejoining it' if left is None else 'rejoining'}{took}")
         ctx.progress()
 
 
@@ -209,22 +217,28 @@ def wait_for_epoch(ctx: Context, protocol: SyncProtocol, left: int | None,
         time.sleep(POLL * 2)
 
 
-def train_epoch(ctx: Context, protocol: SyncProtocol, epoch: int) -> str:
-    """Train in ``epoch`` until it ends; returns "done" or why the epoch ended."""
+def train_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, laps: Laps) -> str:
+    """Train in ``epoch`` until it ends; returns "done" or why the epoch ended. ``laps``
+    began when this replica started to wait for the epoch (the join's parts are added)."""
     cfg = ctx.cfg
     protocol.claim()  # this replica's slot is this process's (or it is fenced off: 77)
+    laps.lap("claim")
     training = build_epoch_graph(ctx, epoch)
+    laps.lap("graph")
     sess = open_session(cfg, ctx.server.target, training.graph)
     ctx.session, ctx.graph = sess, training
+    laps.lap("session")
     try:
         wait_for_phase(ctx, protocol, epoch, Phase.GATHERING)  # the chief restored variables
+        laps.lap("restore")
         sess.run(training.local_init_op)
         tag = int(sess.run(training.global_step))
         protocol.set_ready(cfg.replica_id, epoch)
         wait_for_phase(ctx, protocol, epoch, Phase.RUNNING)
+        laps.lap("gate")
         ctx.set_ready(True)
         ctx.log(f"training in sync epoch {epoch:x} from global step {tag} "
-                f"at unix time {time.time():.3f}")
+                f"at unix time {time.time():.3f} (joined in {laps})")
         loop = StepLoop(ctx, sess, training, tag)
         if tag >= cfg.training.max_steps:
             return "done"

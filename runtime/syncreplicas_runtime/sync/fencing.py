@@ -159,14 +159,6 @@ class FenceReader:
                 raise
 
 
-def stand_down_if_superseded(ctx: Context) -> None:
-    """After a failed run, before anything else (a new session announces this process to
-    the PS again, which disturbs the replacement's runs): Exit FENCED if superseded."""
-    owner = ctx.superseded() if ctx.superseded is not None else None
-    if owner is not None:
-        raise fenced(ctx.cfg, owner)
-
-
 def merge_owners(sess: Any, fence: FenceOps, owners: np.ndarray) -> None:
     """Raise the owner table to at least ``owners`` (never lowers a slot)."""
     sess.run(fence.merge, {fence.merged: owners})
