@@ -87,8 +87,14 @@ class KubeRun:
     # False: the job's Services select its pods whether published or not, as before the
     # operator took a terminating pod's address out of DNS (``--terminating-published``).
     unpublish: bool = True
+    # Extra environment of the job's runtime containers (e.g. TF_GRPC_DEFAULT_OPTIONS).
+    env: dict[str, str] = field(default_factory=dict)
 
     def start(self, spec: dict[str, Any]) -> None:
+        if self.env:
+            spec = {**spec, "template": {"spec": {"containers": [{
+                "name": "syncreplicas",
+                "env": [{"name": k, "value": v} for k, v in sorted(self.env.items())]}]}}}
         kube.kubectl("delete", "namespace", self.namespace, "--ignore-not-found",
                      "--timeout=180s", timeout=200)  # fmt: skip
         kube.kubectl("create", "namespace", self.namespace)

@@ -246,9 +246,10 @@ def job_options(sc: Scenario, ckpt: str) -> dict[str, Any]:
                 pack_min_bytes_per_ps=0 if sc.kind == "ps" else None)
 
 
-def start_run(sc: Scenario, workdir: Path, unpublish: bool = True
+def start_run(sc: Scenario, workdir: Path, unpublish: bool = True, grpc_options: str = ""
               ) -> tuple[Any, Callable[[tuple[str, int]], bool], Any]:  # fmt: skip
-    """(run, is a task's server up, restart) for one scenario's cluster, started."""
+    """(run, is a task's server up, restart) for one scenario's cluster, started
+    (``grpc_options``: the runtime's TF_GRPC_DEFAULT_OPTIONS instead of its own)."""
     ckpt = str(workdir / "ckpt")
     if sc.where == "cluster":
         import _kuberun
@@ -258,7 +259,8 @@ def start_run(sc: Scenario, workdir: Path, unpublish: bool = True
         kube_run = _kuberun.KubeRun(
             namespace=f"bench-recovery-{'warm-' * warm}{'spare-' * spares}{sc.kind}",
             name="recovery", warm=warm, spares=spares, keep=workdir / "pod-logs",
-            unpublish=unpublish)
+            unpublish=unpublish,
+            env={"TF_GRPC_DEFAULT_OPTIONS": grpc_options} if grpc_options else {})
         spec = _ours.job(R, 10**9, parameter_servers=sc.ps,
                          **job_options(sc, "/var/lib/syncreplicas/checkpoints"))
         spec["workers"] = sc.workers
@@ -288,7 +290,8 @@ def wait_training(sup: Supervisor, replicas: int, timeout: float) -> str:
 
 def run_series(sc: Scenario, opts: argparse.Namespace, workdir: Path) -> Series:
     series = Series(sc)
-    run, is_up, restart = start_run(sc, workdir, unpublish=not opts.terminating_published)
+    run, is_up, restart = start_run(sc, workdir, unpublish=not opts.terminating_published,
+                                    grpc_options=opts.grpc_options)
     rng = random.Random(opts.seed)
     try:
         sup = Supervisor(run, series, restart, ours=sc.system != "stock")
@@ -393,6 +396,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="cluster: the job's Services select a pod being deleted too (its "
                         "address stays in DNS until its object is gone), as before the "
                         "operator took it out")
+    p.add_argument("--grpc-options", default="",
+                   help="cluster: the runtime's gRPC channel options (TF_GRPC_DEFAULT_OPTIONS) "
+                        "instead of its own, e.g. an earlier set side by side")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep the logs (on the cluster: every pod's, as read) in the temp dir")
     args = p.parse_args(argv)
