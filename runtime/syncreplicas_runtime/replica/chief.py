@@ -23,7 +23,7 @@ from .. import exitcodes
 from ..graph.training import TrainingGraph, build_epoch_graph
 from ..laps import Laps
 from ..phases import Phase
-from ..process.context import Context
+from ..process.context import SIGTERM_EXIT, Context
 from ..process.exits import Exit
 from ..process.mainthread import run_off_main_thread
 from ..process.sessions import close_quietly, open_session
@@ -68,21 +68,23 @@ def train_chief(ctx: Context) -> int:
         laps.lap("epoch")
         epoch = state.epoch
         joined = time.monotonic()
+        link_failed = False
         took = ""
         try:
             result = chief_epoch(ctx, protocol, epoch, store, laps)
         except EpochEnded as why:  # "done": PS 0 ended training after an earlier last checkpoint
             result = "training ended" if str(why) == "done" else str(why)
         except PEER_ERRORS as err:
-            ctx.set_ready(False)
-            left, took = after_peer_error(ctx, protocol, links, epoch, joined)
             result = f"lost a peer ({peer_error(err)})"
+            link_failed = True
         first = False
         if result == "done":
             return exitcodes.OK
         ctx.metrics.sync_resets.inc()
         ctx.set_ready(False)
-        if not took:
+        if link_failed:
+            left, took = after_peer_error(ctx, protocol, links, epoch, joined)
+        else:
             try:
                 left = None if protocol.state().phase == Phase.RESETTING else epoch
             except PEER_ERRORS:
@@ -303,6 +305,6 @@ def graceful_stop(ctx: Context) -> None:
                 ctx.exit_now(exitcodes.FENCED, exitcodes.fenced_reason(
                     0, fence.mine, fence.owner), global_step)
             reason += f" (clean-up failed: {type(err).__name__})"
-        ctx.exit_now(128 + signal.SIGTERM, reason, global_step)
+        ctx.exit_now(SIGTERM_EXIT, reason, global_step)
 
     threading.Thread(target=stop, name="sigterm", daemon=True).start()
