@@ -399,6 +399,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grpc-options", default="",
                    help="cluster: the runtime's gRPC channel options (TF_GRPC_DEFAULT_OPTIONS) "
                         "instead of its own, e.g. an earlier set side by side")
+    p.add_argument("--spare-refill-delay", type=float, default=None, metavar="S",
+                   help="cluster: helm upgrade the operator to this spare refill delay "
+                        "(operator.spareRefillDelaySeconds) first, e.g. 0 against 10")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep the logs (on the cluster: every pod's, as read) in the temp dir")
     args = p.parse_args(argv)
@@ -407,6 +410,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.kills is None:
         args.kills = 2 if args.quick else 10
     return args
+
+
+def set_spare_refill_delay(seconds: float) -> None:
+    """helm upgrade with operator.spareRefillDelaySeconds, waiting for the operator to roll."""
+    from tests.cluster import kube
+
+    kube.helm("upgrade", kube.RELEASE, str(kube.CHART), "-n", kube.RELEASE_NAMESPACE,
+              "--reuse-values", "--set", f"operator.spareRefillDelaySeconds={seconds:g}",
+              "--wait", "--timeout", "5m")  # fmt: skip
+    kube.kubectl("rollout", "status", "deployment/syncreplicas-operator", "-n",
+                 kube.RELEASE_NAMESPACE, "--timeout=180s", timeout=200)  # fmt: skip
+    print(f"# operator: spareRefillDelaySeconds {seconds:g}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -426,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
                 *(f"cluster-spare-{k}" for k in only if f"cluster-spare-{k}" in KEYS)]
     else:
         only = [k for k in only if not k.startswith("cluster-") or opts.only]
+    if opts.spare_refill_delay is not None:
+        set_spare_refill_delay(opts.spare_refill_delay)
     root = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     started = datetime.datetime.now(datetime.UTC)
     print(f"# bench/recovery.py {' '.join(sys.argv[1:])}  ({started:%Y-%m-%d %H:%M} UTC)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -89,6 +90,7 @@ async def test_a_deleted_ps_goes_to_the_spare_and_a_new_spare_starts(
         return labels.get(naming.LABEL_REPLICA_TYPE) == "ps"
 
     await c.wait_for(relabelled, what="the spare relabelled as ps-0")
+    took_over = time.monotonic()
     (auth, body), = spare_endpoint.received
     assert auth == f"Bearer {token_of(spare)}"
     env = body["env"]
@@ -100,8 +102,10 @@ async def test_a_deleted_ps_goes_to_the_spare_and_a_new_spare_starts(
     assert naming.LABEL_SPARE not in meta["labels"]
     assert meta["annotations"][naming.ANNOTATION_INCARNATION] == env[naming.ENV_INCARNATION]
     assert meta["annotations"][naming.ANNOTATION_SPARE_OF] == "ps-0"
-    # A new spare behind it; the one that took ps-0 over is kept, and no sp-ps-0 is created.
+    # A new spare behind it, started the operator's --spare-refill-delay-seconds (10) after
+    # the takeover; the one that took ps-0 over is kept, and no sp-ps-0 is created.
     await c.wait_for(lambda: pod(c, ns, "sp-spare-1"), what="a new spare")
+    assert time.monotonic() - took_over > 8.0
     await c.set_pod(ns, "sp-spare-1", "Running", pod_ip="127.0.0.1")
     await c.wait_for(lambda: (c.status(ns, "sp").get("spares") or {}).get("ready") == 1)
     await asyncio.sleep(1.0)  # passes after the watch showed both: neither is deleted

@@ -23,7 +23,7 @@ def context(
 ) -> PlanContext:
     """A context for ``job`` with ``pods`` observed (every replica's Service and the
     NetworkPolicy and PodDisruptionBudget too, unless ``observed`` says otherwise;
-    ``entropy=`` goes to the inputs)."""
+    ``entropy=`` and ``spare_refill_delay=`` go to the inputs)."""
     observed.setdefault(
         "services",
         frozenset(
@@ -35,8 +35,9 @@ def context(
     observed.setdefault("network_policy", True)
     observed.setdefault("disruption_budget", True)
     entropy = str(observed.pop("entropy", ""))
+    refill = float(observed.pop("spare_refill_delay", 0.0))
     inputs = Inputs(job, Observed(tuple(pods), **observed), status or {}, now, "img",
-                    entropy=entropy)  # fmt: skip
+                    entropy=entropy, spare_refill_delay=refill)  # fmt: skip
     return PlanContext(inputs)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from syncreplicas_operator.core.spares import ObservedSpare
 from syncreplicas_operator.core.status import observe_pod
 
 from tests.support.jobs import planner_job
-from tests.support.plans import context, pods_of
+from tests.support.plans import T0, context, pods_of
 
 
 class RecordingApi:
@@ -242,6 +243,30 @@ def test_spares_are_started_once_every_replica_runs() -> None:
     ctx = context(JOB, pending)
     keep_spares(ctx)
     assert not ctx.actions
+
+
+def test_the_spare_behind_a_takeover_starts_after_the_refill_delay() -> None:
+    # ps-0 held by spare 0, which took it over 4 s ago (its incarnation: the operator's
+    # clock then, in ms); spares: 2, so two are missing.
+    took_over = int(T0.timestamp() * 1000) - 4000
+    pods = without(pods_of(JOB), "j-ps-0")
+    pods.append(replace(pods_of(JOB)[0], name="j-spare-0", incarnation=took_over))
+    ctx = context(JOB, pods, spare_refill_delay=10.0)
+    keep_spares(ctx)
+    assert not [a for a in ctx.actions if isinstance(a, CreateChild)]
+    assert ctx.requeue == [pytest.approx(6.0)]  # the pass comes back when the delay is over
+    for now, delay in ((T0 + timedelta(seconds=6.5), 10.0), (T0, 0.0)):
+        ctx = context(JOB, pods, now=now, spare_refill_delay=delay)
+        keep_spares(ctx)
+        created = [a.name for a in ctx.actions if isinstance(a, CreateChild)]
+        assert created == ["j-spare-1", "j-spare-2"], (now, delay)
+    # A pod that took its replica over long ago, or a job without takeovers: no wait.
+    old = [replace(p, incarnation=took_over - 60_000) if p.name == "j-spare-0" else p
+           for p in pods]  # fmt: skip
+    for observed in (old, pods_of(JOB)):
+        ctx = context(JOB, observed, spare_refill_delay=10.0)
+        keep_spares(ctx)
+        assert [a for a in ctx.actions if isinstance(a, CreateChild)] and not ctx.requeue
 
 
 def test_a_spare_name_a_replica_kept_is_not_reused() -> None:

@@ -279,11 +279,10 @@ async def reconcile(
     )
     now = datetime.now(UTC)
     # Planning a large job builds thousands of pod bodies: keep it off the event loop.
-    plan = await asyncio.to_thread(
-        functools.partial(plan_job, job, observed, current_status, now,
-                          default_image=SETTINGS.image, metrics_from=SETTINGS.metrics_from,
-                          entropy=secrets.token_hex(16))
-    )  # fmt: skip
+    plan = await asyncio.to_thread(functools.partial(
+        plan_job, job, observed, current_status, now, default_image=SETTINGS.image,
+        metrics_from=SETTINGS.metrics_from, entropy=secrets.token_hex(16),
+        spare_refill_delay=SETTINGS.spare_refill_delay))  # fmt: skip
     if plan.actions:
         summary = collections.Counter(
             f"create {a.kind}" if isinstance(a, CreateChild) else type(a).__name__

@@ -44,6 +44,9 @@ class Settings:
     # Kueue (core/kueue.py): a job labelled kueue.x-k8s.io/queue-name runs once Kueue admits
     # the Workload the operator writes for it. Off: the label means nothing here.
     kueue: bool = False
+    # Seconds after a spare took a replica over before the spare behind it is started
+    # (core/plan/spares.py refill_wait); 0: at once.
+    spare_refill_delay: float = 10.0
 
 
 SETTINGS = Settings()
@@ -122,6 +125,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "kubelet renews every 10 s; default: %(default)s)",
     )
     parser.add_argument(
+        "--spare-refill-delay-seconds",
+        type=float,
+        default=SETTINGS.spare_refill_delay,
+        help="start the spare behind a takeover this long after a spare took a replica "
+        "over, so that its new pod and TensorFlow's import do not take CPU from the "
+        "recovery (0: at once; default: %(default)s)",
+    )
+    parser.add_argument(
         "--kueue",
         choices=("on", "off"),
         default="on" if SETTINGS.kueue else "off",
@@ -194,6 +205,9 @@ def configure(args: argparse.Namespace) -> None:
     SETTINGS.node_loss_handling = args.node_loss_handling == "on"
     SETTINGS.node_lease_grace = args.node_lease_grace_seconds
     SETTINGS.kueue = args.kueue == "on"
+    if args.spare_refill_delay_seconds < 0:
+        raise SystemExit("--spare-refill-delay-seconds must be >= 0")
+    SETTINGS.spare_refill_delay = args.spare_refill_delay_seconds
     if problems := election_timings(args).problems():
         raise SystemExit(f"--leader-election-*: {'; '.join(problems)}")
     log_watched_namespaces(args.namespace)

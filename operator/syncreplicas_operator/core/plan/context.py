@@ -105,6 +105,8 @@ class Inputs:
     metrics_from: tuple[str, ...] = ()
     # Random text from the operator (per pass): the secrets of the spares this pass creates.
     entropy: str = ""
+    # Seconds after a spare took a replica over before a new spare is started behind it.
+    spare_refill_delay: float = 0.0
 
 
 class PlanContext:

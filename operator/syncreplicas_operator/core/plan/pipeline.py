@@ -58,17 +58,21 @@ def plan_job(
     default_image: str = manifests.DEFAULT_IMAGE,
     metrics_from: tuple[str, ...] = (),
     entropy: str = "",
+    spare_refill_delay: float = 0.0,
 ) -> Plan:
     """The actions that move the job's children towards its spec, and its new status.
 
     ``status`` is the job's current ``.status`` (possibly empty); ``now`` is aware;
     ``default_image`` runs pods whose spec and template name no image; ``metrics_from``
     names the namespaces whose pods may read the metrics port (empty: any); ``entropy``
-    is random text for the secrets of the spare pods this pass creates.
+    is random text for the secrets of the spare pods this pass creates;
+    ``spare_refill_delay``: seconds after a spare took a replica over before the spare
+    behind it is started (core/plan/spares.py).
     """
     pods, warm_restarts = warm.fold(observed.pods, status.get("warmRestarts"), observed.warm_reads)
     observed = replace(observed, pods=pods)
-    ctx = PlanContext(Inputs(job, observed, status, now, default_image, metrics_from, entropy))
+    ctx = PlanContext(Inputs(job, observed, status, now, default_image, metrics_from, entropy,
+                             spare_refill_delay))
     if warm_restarts:
         ctx.status["warmRestarts"] = warm_restarts
     else:

@@ -1,7 +1,10 @@
 """Warm spare pods (``runPolicy.spares``, rules in ``core/spares.py``): a replica whose pod
 is gone is handed to a ready spare instead of a new pod (``take_spare``, from
 ``children.py``); the job keeps ``spares`` of them once every replica's pod runs
-(``keep_spares``); a finished or suspended job has none (``drop_spares``).
+(``keep_spares``), the one behind a takeover ``spare_refill_delay`` seconds after it (a
+spare's start, a new pod and TensorFlow's import, would otherwise take CPU from the
+recovery it follows: ``refill_wait``); a finished or suspended job has none
+(``drop_spares``).
 """
 
 from __future__ import annotations
@@ -101,7 +104,10 @@ def keep_spares(ctx: PlanContext) -> bool:
         for t, c in ctx.spec.replica_counts().items()
         for i in range(c)
     )
-    if missing > 0 and all_running:
+    wait = refill_wait(ctx) if missing > 0 and all_running else 0.0
+    if wait > 0:
+        ctx.requeue.append(wait)
+    elif missing > 0 and all_running:
         taken = [*ctx.pods, *(s.name for s in ctx.observed.spares)]
         avoid = sorted(nodes.lost) if nodes is not None else []
         for number in spares.free_numbers(ctx.job.name, taken, missing):
@@ -119,6 +125,21 @@ def keep_spares(ctx: PlanContext) -> bool:
         "ready": sum(1 for s in kept if s.ready),
     }
     return False
+
+
+def refill_wait(ctx: PlanContext) -> float:
+    """Seconds until new spares may start: ``spare_refill_delay`` after the latest takeover
+    of a replica by a spare (its incarnation is the operator's clock when it took over), 0
+    when none is that recent or the delay is 0."""
+    delay = ctx.inputs.spare_refill_delay
+    latest = max(
+        (ctx.pods[name].incarnation for name in ctx.moved.values() if name in ctx.pods),
+        default=0,
+    )
+    if delay <= 0 or not latest:
+        return 0.0
+    since = ctx.now.timestamp() - latest / 1000.0
+    return max(0.0, delay - since)
 
 
 def drop_spares(ctx: PlanContext, why: str) -> None:
