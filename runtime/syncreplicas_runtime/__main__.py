@@ -22,6 +22,7 @@ def main() -> int:
     from .cluster import STEP_DELAY_ENV, ConfigError, parse_config
     from .process.exits import Exit
     from .restarting import COUNT_ENV
+    from .spare import TOOK_OVER_ENV
 
     started = time.monotonic()
     try:
@@ -74,7 +75,11 @@ def main() -> int:
         try:
             model_fn = load_entrypoint(cfg.model.entrypoint)
             # Build once before touching the cluster: a broken model fails here, at once.
-            build_training_graph(cfg, model_fn, epoch=1)
+            # Not in a spare that took a replica over: the replicas it joins built this
+            # model already, and the takeover would wait for it (a model error still ends
+            # it with MODEL, at its first epoch's graph: graph.training.build_epoch_graph).
+            if os.environ.get(TOOK_OVER_ENV) != "1":
+                build_training_graph(cfg, model_fn, epoch=1)
         except ModelError as err:
             return fail(exitcodes.MODEL, str(err))
     try:

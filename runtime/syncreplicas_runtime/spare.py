@@ -52,6 +52,11 @@ SPARE_PREFIX: Final = "SYNCREPLICAS_SPARE_"
 NAME_RE: Final = re.compile(r"^SYNCREPLICAS_[A-Z0-9_]+$")
 REQUIRED: Final = (TF_CONFIG, JOB_ENV, INCARNATION_ENV)
 
+# Set by the spare on the replica it became (and so on its warm restarts' forks): the job's
+# model was already built by the replicas it joins, so the replica skips the model check it
+# would otherwise make before it touches the cluster (__main__), which delays the takeover.
+TOOK_OVER_ENV: Final = "SYNCREPLICAS_TOOK_OVER"
+
 # The HTTP side.
 ASSIGN_PATH: Final = "/spare/assign"
 READY_PATH: Final = "/readyz"

@@ -201,12 +201,14 @@ def scrub_from_process(name: str) -> None:
 
 def become(assignment: spare.Assignment) -> None:
     """Make the process's environment the replica's: the spare's variables gone (the
-    secret from the process's first environment too), the assignment's set."""
+    secret from the process's first environment too), the assignment's set, and
+    ``spare.TOOK_OVER_ENV``."""
     scrub_from_process(spare.TOKEN_ENV)
     environ = spare.replica_environ(os.environ, assignment.env)
     for name in [n for n in os.environ if n not in environ]:
         del os.environ[name]
     os.environ.update(environ)
+    os.environ[spare.TOOK_OVER_ENV] = "1"
 
 
 def wait_for_assignment() -> int | None:

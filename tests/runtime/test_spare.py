@@ -8,7 +8,8 @@ once. Handed worker 0's environment, with warm restarts, it trains as that worke
 running job in the same process: its replica is forked and forked again when killed, the
 secret is in none of them; a second assignment is not taken; killed whole (a container
 restart), it comes back as the worker from its assignment file, without serving as a
-spare, and the job reaches its final step.
+spare, and the job reaches its final step. A spare that took a replica over skips the model
+check its peers made already; a model error still ends it with MODEL, naming the error.
 """
 
 from __future__ import annotations
@@ -196,3 +197,27 @@ def test_a_spare_becomes_a_worker_of_a_running_job_and_stays_it(tmp_path: Path) 
     message = (tmp_path / "spare-termination-log").read_text().splitlines()
     assert message[0].startswith("syncreplicas: OK (0): finished at global step ")
     assert message[-1] == "processRestarts=1"
+
+
+def test_a_spare_skips_the_model_check_and_a_model_error_still_exits_model(
+    tmp_path: Path,
+) -> None:
+    job = linear_job(model__entrypoint="tests.runtime.brokenmodel:build")
+    with start_cluster(job, workers=0, ps=1, workdir=tmp_path, env=runtime_env(),
+                       start=False) as cluster:  # fmt: skip
+        ps = cluster.replica("ps", 0)
+        port, log = free_port(), tmp_path / "spare-ps.log"
+        proc = start_spare(spare_env(tmp_path, port), log)
+        try:
+            ready_spare(port, proc, log)
+            identity = {"TF_CONFIG": ps.env["TF_CONFIG"],
+                        "SYNCREPLICAS_JOB": ps.env["SYNCREPLICAS_JOB"],
+                        "SYNCREPLICAS_INCARNATION": str(int(time.time() * 1000))}  # fmt: skip
+            assert assign(port, identity) == (200, '{"assigned": "ps-0"}\n')
+            assert proc.wait(timeout=120) == exitcodes.MODEL, log.read_text()
+        finally:
+            stop_group(proc, 10)
+    text = log.read_text()
+    # Its server came up before the model was built: the check before it was skipped.
+    assert text.index("ps-0: started: ") < text.index("syncreplicas: MODEL (65): model "), text
+    assert "must return a mapping" in text and "Traceback" not in text, text
