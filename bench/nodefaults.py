@@ -87,11 +87,8 @@ class Cell:
 
 def set_node_handling(on: bool) -> None:
     """helm upgrade with operator.nodeLossHandling, waiting for the operator to roll."""
-    kube.helm("upgrade", kube.RELEASE, str(kube.CHART), "-n", kube.RELEASE_NAMESPACE,
-              "--reuse-values", "--set", f"operator.nodeLossHandling={str(on).lower()}",
-              "--wait", "--timeout", "5m")  # fmt: skip
-    kube.kubectl("rollout", "status", "deployment/syncreplicas-operator", "-n",
-                 kube.RELEASE_NAMESPACE, "--timeout=180s", timeout=200)  # fmt: skip
+    kube.rollout("upgrade", kube.RELEASE, str(kube.CHART), "-n", kube.RELEASE_NAMESPACE,
+                 "--reuse-values", "--set", f"operator.nodeLossHandling={str(on).lower()}")
 
 
 def job(system: str, host_dir: Path) -> dict[str, Any]:

@@ -416,11 +416,8 @@ def set_spare_refill_delay(seconds: float) -> None:
     """helm upgrade with operator.spareRefillDelaySeconds, waiting for the operator to roll."""
     from tests.cluster import kube
 
-    kube.helm("upgrade", kube.RELEASE, str(kube.CHART), "-n", kube.RELEASE_NAMESPACE,
-              "--reuse-values", "--set", f"operator.spareRefillDelaySeconds={seconds:g}",
-              "--wait", "--timeout", "5m")  # fmt: skip
-    kube.kubectl("rollout", "status", "deployment/syncreplicas-operator", "-n",
-                 kube.RELEASE_NAMESPACE, "--timeout=180s", timeout=200)  # fmt: skip
+    kube.rollout("upgrade", kube.RELEASE, str(kube.CHART), "-n", kube.RELEASE_NAMESPACE,
+                 "--reuse-values", "--set", f"operator.spareRefillDelaySeconds={seconds:g}")
     print(f"# operator: spareRefillDelaySeconds {seconds:g}", flush=True)
 
 
