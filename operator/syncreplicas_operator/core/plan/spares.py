@@ -104,10 +104,10 @@ def keep_spares(ctx: PlanContext) -> bool:
         for t, c in ctx.spec.replica_counts().items()
         for i in range(c)
     )
-    wait = refill_wait(ctx) if missing > 0 and all_running else 0.0
-    if wait > 0:
+    due = missing > 0 and all_running
+    if due and (wait := refill_wait(ctx)) > 0:
         ctx.requeue.append(wait)
-    elif missing > 0 and all_running:
+    elif due:
         taken = [*ctx.pods, *(s.name for s in ctx.observed.spares)]
         avoid = sorted(nodes.lost) if nodes is not None else []
         for number in spares.free_numbers(ctx.job.name, taken, missing):
@@ -132,11 +132,13 @@ def refill_wait(ctx: PlanContext) -> float:
     of a replica by a spare (its incarnation is the operator's clock when it took over), 0
     when none is that recent or the delay is 0."""
     delay = ctx.inputs.spare_refill_delay
+    if delay <= 0:
+        return 0.0
     latest = max(
         (ctx.pods[name].incarnation for name in ctx.moved.values() if name in ctx.pods),
         default=0,
     )
-    if delay <= 0 or not latest:
+    if not latest:
         return 0.0
     since = ctx.now.timestamp() - latest / 1000.0
     return max(0.0, delay - since)
