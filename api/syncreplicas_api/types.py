@@ -557,6 +557,13 @@ def _spares_need_metrics(spec: JobSpec) -> list[tuple[str, str]]:
     return []
 
 
+def _spares_not_added(old: JobSpec, new: JobSpec) -> list[tuple[str, str]]:
+    if new.run_policy.spares == 0 or old.run_policy.spares > 0:
+        return []
+    return [("runPolicy.spares", "cannot be added to a job created without spares (its "
+                                 "replicas are addressed through the job's Service)")]  # fmt: skip
+
+
 class JobSpec(ClusterShape):
     """``spec`` of a SyncReplicasJob: the desired training job."""
 
@@ -585,6 +592,15 @@ class JobSpec(ClusterShape):
             "created)",
             _workers_fixed,
             field_path=".workers",
+        ),
+        TransitionRule(
+            "!has(self.runPolicy) || !has(self.runPolicy.spares) || self.runPolicy.spares == 0 "
+            "|| (has(oldSelf.runPolicy) && has(oldSelf.runPolicy.spares) "
+            "&& oldSelf.runPolicy.spares > 0)",
+            "spec.runPolicy.spares cannot be added to a job created without spares (its "
+            "replicas are addressed through the job's Service)",
+            _spares_not_added,
+            field_path=".runPolicy.spares",
         ),
     )
     model: ModelSpec = Field(description="The model every replica builds.")

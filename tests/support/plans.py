@@ -21,8 +21,9 @@ def context(
     now: datetime = T0,
     **observed: Any,
 ) -> PlanContext:
-    """A context for ``job`` with ``pods`` observed (every replica's Service and the
-    NetworkPolicy and PodDisruptionBudget too, unless ``observed`` says otherwise;
+    """A context for ``job`` with ``pods`` observed (a Service per replica, as a job with
+    spares has, and the NetworkPolicy and PodDisruptionBudget too, unless ``observed`` says
+    otherwise: ``services=frozenset({job.name})`` is a job addressed through its Service;
     ``entropy=`` and ``spare_refill_delay=`` go to the inputs)."""
     observed.setdefault(
         "services",

@@ -504,6 +504,9 @@ TRANSITIONS = [
     ("spec.image", "example.org/runtime:2", None),
     ("spec.model.args", {"hidden": [8]}, None),
     ("spec.elasticPolicy", {"minWorkers": 1, "maxWorkers": 6}, "spec.elasticPolicy"),
+    # Its replicas are addressed through the job's Service: no spare can take one over.
+    ("spec.runPolicy.spares", 1, "spec.runPolicy.spares"),
+    ("spec.runPolicy.spares", 0, None),
 ]
 
 # Updates of an elastic job (minimal.yaml with elasticPolicy 1..6, 2 workers): (field, new
@@ -799,6 +802,15 @@ def test_updates_same_on_both_sides(field: str, value: Any, refused: str | None)
     assert [path for path, _ in update] == ([refused] if refused else []), update
     changes = spec.immutable_changes(spec.parse_job(old).spec, spec.parse_job(new).spec)
     assert [p.path for p in changes] == ([refused] if refused else [])
+
+
+@pytest.mark.parametrize("spares", [0, 1, 3])
+def test_a_job_with_spares_may_change_them(spares: int) -> None:
+    """Created with spares (a Service per replica), a job may keep any number, even 0."""
+    old = with_value(full, "spec.runPolicy.spares", 2)
+    new = with_value(lambda: old, "spec.runPolicy.spares", spares)
+    assert crd_problems(new, old) == []
+    assert spec.immutable_changes(spec.parse_job(old).spec, spec.parse_job(new).spec) == []
 
 
 @pytest.mark.parametrize(("field", "value", "refused"), ELASTIC_TRANSITIONS)

@@ -105,14 +105,38 @@ def test_out_of_range_replicas_are_refused(replica_type: str, index: int) -> Non
 
 @pytest.mark.parametrize(("workers", "ps"), [(0, 1), (2, 1), (3, 2)])
 def test_children_in_creation_order(workers: int, ps: int) -> None:
+    """The job's one Service, then every replica's pod (PS first)."""
     children = manifests.build_children(job(workers=workers, parameterServers=ps))
     assert children[0]["kind"] == "NetworkPolicy"
     assert children[1]["kind"] == "PodDisruptionBudget"
-    expected: list[tuple[str, str]] = []
+    expected: list[tuple[str, str]] = [("Service", "job")]
     for replica_type, count in (("ps", ps), ("chief", 1), ("worker", workers)):
-        for i in range(count):
-            expected += [("Service", f"job-{replica_type}-{i}"), ("Pod", f"job-{replica_type}-{i}")]
+        expected += [("Pod", f"job-{replica_type}-{i}") for i in range(count)]
     assert [(c["kind"], c["metadata"]["name"]) for c in children[2:]] == expected
+
+
+def test_children_of_a_job_with_spares_have_a_service_each() -> None:
+    """A spare takes a replica over by its Service: each replica's before its pod."""
+    spec_fields = {"workers": 1, "metrics": {"port": 9100}, "runPolicy": {"spares": 1}}
+    children = manifests.build_children(job(**spec_fields))
+    expected: list[tuple[str, str]] = []
+    for name in ("job-ps-0", "job-chief-0", "job-worker-0"):
+        expected += [("Service", name), ("Pod", name)]
+    assert [(c["kind"], c["metadata"]["name"]) for c in children[2:]] == expected
+    pod = children[3]
+    assert "hostname" not in pod["spec"] and "subdomain" not in pod["spec"]
+    assert (
+        env(pod)["TF_CONFIG"].count(".team.svc:2222") == 3
+        and ".job.team" not in env(pod)["TF_CONFIG"]
+    )
+
+
+def test_pods_resolve_under_the_job_service() -> None:
+    """Hostname and subdomain make ``<pod>.<job>.<namespace>.svc``: TF_CONFIG's addresses."""
+    pod = manifests.build_pod(job(workers=2), "worker", 1)
+    assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("job-worker-1", "job")
+    cluster = json.loads(env(pod)["TF_CONFIG"])["cluster"]
+    assert cluster["chief"] == ["job-chief-0.job.team.svc:2222"]
 
 
 def test_extra_annotations() -> None:
@@ -164,11 +188,15 @@ def test_warm_restarts(
             chiefRestartPolicy=chief_policy)  # fmt: skip
     for replica_type, policy in {"ps": ps, "chief": chief, "worker": worker}.items():
         variables = env(manifests.build_pod(j, replica_type, 0))
-        expected = {} if policy == "-" else {
-            "SYNCREPLICAS_WARM_RESTARTS": policy,
-            "SYNCREPLICAS_WARM_RESTART_LIMIT": "4",
-            "SYNCREPLICAS_WARM_RESTART_STATE": "/tmp/syncreplicas-warm-restarts",
-        }
+        expected = (
+            {}
+            if policy == "-"
+            else {
+                "SYNCREPLICAS_WARM_RESTARTS": policy,
+                "SYNCREPLICAS_WARM_RESTART_LIMIT": "4",
+                "SYNCREPLICAS_WARM_RESTART_STATE": "/tmp/syncreplicas-warm-restarts",
+            }
+        )
         assert {k: v for k, v in variables.items() if "WARM" in k} == expected, replica_type
 
 
@@ -314,8 +342,8 @@ def test_metrics_disabled() -> None:
     pod = manifests.build_pod(j, "chief", 0)
     assert [p["name"] for p in runtime(pod)["ports"]] == ["tf"]
     assert "readinessProbe" not in runtime(pod)
-    service = manifests.build_service(j, "chief", 0)
-    assert [p["name"] for p in service["spec"]["ports"]] == ["tf"]
+    for service in (manifests.build_service(j, "chief", 0), manifests.build_job_service(j)):
+        assert [p["name"] for p in service["spec"]["ports"]] == ["tf"]
     policy = manifests.build_network_policy(j)
     assert len(policy["spec"]["ingress"]) == 1
 
@@ -609,6 +637,19 @@ def test_headless_service() -> None:
     }
 
 
+def test_job_service_selects_every_published_pod_of_the_job() -> None:
+    service = manifests.build_job_service(job())
+    assert service["metadata"]["name"] == "job"
+    assert service["metadata"]["labels"][naming.LABEL_JOB_NAME] == "job"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {
+        naming.LABEL_JOB_NAME: "job",
+        naming.LABEL_PUBLISHED: "true",
+    }
+    assert [p["name"] for p in service["spec"]["ports"]] == ["tf", "metrics"]
+
+
 def test_network_policy() -> None:
     policy = manifests.build_network_policy(job(metrics={"port": 9100}))
     assert policy["metadata"]["name"] == "job-grpc"
@@ -627,7 +668,7 @@ def test_network_policy() -> None:
 
 @pytest.mark.parametrize("metrics_from", [("monitoring",), ("monitoring", "ops", "monitoring")])
 def test_network_policy_admits_metrics_from_the_namespaces_named(
-    metrics_from: tuple[str, ...]
+    metrics_from: tuple[str, ...],
 ) -> None:
     policy = manifests.build_network_policy(job(metrics={"port": 9100}), metrics_from=metrics_from)
     grpc, metrics = policy["spec"]["ingress"]

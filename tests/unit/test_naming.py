@@ -62,7 +62,11 @@ def test_labels_and_selectors() -> None:
 
 
 def test_address() -> None:
-    assert naming.replica_address("j", "ns", "ps", 1) == "j-ps-1.ns.svc:2222"
+    """Under the job's Service (the pod's hostname and subdomain), or a replica's own."""
+    assert (
+        naming.replica_address("j", "ns", "ps", 1, replica_services=False) == "j-ps-1.j.ns.svc:2222"
+    )
+    assert naming.replica_address("j", "ns", "ps", 1, replica_services=True) == "j-ps-1.ns.svc:2222"
 
 
 def test_constants_are_distinct() -> None:

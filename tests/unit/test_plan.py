@@ -155,9 +155,8 @@ def test_first_pass_creates_policy_services_then_pods_in_order() -> None:
     plan = world.plan()
     created = [(a.kind, a.name) for a in plan.actions if isinstance(a, CreateChild)]
     assert created[0] == ("NetworkPolicy", "j-grpc")
-    assert [n for k, n in created if k == "Service"] == [
-        "j-ps-0", "j-ps-1", "j-chief-0", "j-worker-0", "j-worker-1",
-    ]  # fmt: skip
+    assert [n for k, n in created if k == "Service"] == ["j"]  # the job's, before its pods
+    assert created.index(("Service", "j")) < created.index(("Pod", "j-ps-0"))
     assert [n for k, n in created if k == "Pod"] == [
         "j-ps-0", "j-ps-1", "j-chief-0", "j-worker-0", "j-worker-1",
     ]  # fmt: skip

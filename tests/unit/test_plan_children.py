@@ -109,9 +109,7 @@ def created(ctx: Any) -> list[tuple[str, str]]:
 
 
 ALL_CHILDREN = [
-    ("NetworkPolicy", "j-grpc"),
-    ("Service", "j-ps-0"), ("Service", "j-chief-0"),
-    ("Service", "j-worker-0"), ("Service", "j-worker-1"),
+    ("NetworkPolicy", "j-grpc"), ("Service", "j"),
     ("Pod", "j-ps-0"), ("Pod", "j-chief-0"), ("Pod", "j-worker-0"), ("Pod", "j-worker-1"),
 ]  # fmt: skip
 
@@ -137,6 +135,16 @@ ALL_CHILDREN = [
         ({}, ["j-ps-0", "j-chief-0", "j-worker-1"], {},
          {"conditions": [CREATED], "restartJob": {"round": 2}},
          [("Pod", "j-worker-0")], [naming.REASON_CHILD_CREATED]),
+        # The same under the job's Service (no Service per replica remembers the slot).
+        ({}, ["j-ps-0", "j-chief-0", "j-worker-1"], {"services": frozenset({"j"})},
+         {"conditions": [CREATED]}, [("Pod", "j-worker-0")],
+         [naming.REASON_REPLICA_RESTARTED, naming.REASON_CHILD_CREATED]),
+        # A job whose replicas have Services each (made by an earlier operator) keeps them:
+        # the missing one is made, no job Service.
+        ({}, ["j-ps-0", "j-chief-0", "j-worker-1"],
+         {"services": frozenset({"j-ps-0", "j-chief-0", "j-worker-1"})},
+         {"conditions": [CREATED]}, [("Service", "j-worker-0"), ("Pod", "j-worker-0")],
+         [naming.REASON_CHILD_CREATED]),
         # RestartJob: workers wait for every PS to run again.
         ({}, ["j-chief-0"], {}, {"conditions": [CREATED], "restartJob": {"round": 2}},
          [("Pod", "j-ps-0")], [naming.REASON_CHILD_CREATED]),

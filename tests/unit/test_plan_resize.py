@@ -83,9 +83,13 @@ class World:
         return None if found is None else (found["status"], found["reason"], found["message"])
 
 
-def running(workers: int, **spec: Any) -> World:
-    """An elastic job with every replica created, running and ready."""
+def running(workers: int, per_replica: bool = False, **spec: Any) -> World:
+    """An elastic job with every replica created, running and ready; with
+    ``per_replica`` a Service each (one seen makes the planner keep them: a job an earlier
+    operator made), else the job's one Service."""
     world = World(elastic_job(workers, **spec))
+    if per_replica:
+        world.services.add("j-ps-0")
     world.plan()
     world.run_all()
     world.plan()
@@ -111,12 +115,17 @@ def children(plan: Plan) -> list[tuple[str, str]]:
 # --- scale up ------------------------------------------------------------------------------
 
 
-def test_scale_up_creates_the_new_workers_services_then_pods() -> None:
-    world = running(2)
+PER_REPLICA = pytest.mark.parametrize("per_replica", [False, True])
+
+
+@PER_REPLICA
+def test_scale_up_creates_the_new_workers_services_then_pods(per_replica: bool) -> None:
+    world = running(2, per_replica)
     world.job = elastic_job(4)
     plan = world.plan()
+    services = [("create Service", "j-worker-2"), ("create Service", "j-worker-3")]
     assert children(plan) == [
-        ("create Service", "j-worker-2"), ("create Service", "j-worker-3"),
+        *(services if per_replica else []),
         ("create Pod", "j-worker-2"), ("create Pod", "j-worker-3"),
     ]  # fmt: skip
     assert (naming.REASON_RESIZING, "workers 2 -> 4 (elasticPolicy 1..6)") in events(plan)
@@ -139,7 +148,7 @@ def test_scale_up_creates_the_new_workers_services_then_pods() -> None:
     assert settings["workers"] == 4
     assert settings["elasticPolicy"] == {"minWorkers": 1, "maxWorkers": 6}
     assert json.loads(env[naming.ENV_TF_CONFIG])["cluster"]["worker"] == {
-        "3": "j-worker-3.ns.svc:2222"
+        "3": "j-worker-3.ns.svc:2222" if per_replica else "j-worker-3.j.ns.svc:2222"
     }
     # The next pass sees them, not yet training: still resizing, and no second Event.
     plan = world.plan()
@@ -157,8 +166,9 @@ def test_scale_up_creates_the_new_workers_services_then_pods() -> None:
 # --- scale down ----------------------------------------------------------------------------
 
 
-def test_scale_down_deletes_the_highest_workers_then_their_services() -> None:
-    world = running(4)
+@PER_REPLICA
+def test_scale_down_deletes_the_highest_workers_then_their_services(per_replica: bool) -> None:
+    world = running(4, per_replica)
     world.job = elastic_job(1)
     plan = world.plan()
     assert children(plan) == [
@@ -183,7 +193,7 @@ def test_scale_down_deletes_the_highest_workers_then_their_services() -> None:
     assert children(plan) == [
         ("DeleteService", "j-worker-1"), ("DeleteService", "j-worker-2"),
         ("DeleteService", "j-worker-3"),
-    ]  # fmt: skip
+    ][: 3 if per_replica else 0]  # fmt: skip
     plan = world.plan()
     assert children(plan) == [] and events(plan) == []
     assert world.status["replicaStatuses"]["worker"] == {
@@ -196,10 +206,11 @@ def test_scale_down_deletes_the_highest_workers_then_their_services() -> None:
     assert "lastRecovery" not in world.status
 
 
-def test_a_new_target_while_resizing_is_a_new_resize() -> None:
+@PER_REPLICA
+def test_a_new_target_while_resizing_is_a_new_resize(per_replica: bool) -> None:
     """4 -> 1, then 3 before the removed pods are gone: no pod is created over a
     terminating one; then workers 1 and 2 come back as new pods (no Restarting)."""
-    world = running(4)
+    world = running(4, per_replica)
     world.job = elastic_job(1)
     world.plan()
     world.job = elastic_job(3)
@@ -211,7 +222,7 @@ def test_a_new_target_while_resizing_is_a_new_resize() -> None:
     plan = world.plan()
     assert children(plan) == [
         ("create Pod", "j-worker-1"), ("create Pod", "j-worker-2"),
-        ("DeleteService", "j-worker-3"),
+        *([("DeleteService", "j-worker-3")] if per_replica else []),
     ]  # fmt: skip
     assert naming.REASON_RESIZING not in [r for r, _ in events(plan)]
     world.run_all()
@@ -233,16 +244,17 @@ def test_a_new_target_while_resizing_is_a_new_resize() -> None:
     assert world.condition("Resizing") == ("False", naming.REASON_RESIZED, "workers 2")
 
 
+@PER_REPLICA
 @pytest.mark.parametrize(
     ("phase", "code"),
     [("Succeeded", 0), ("Failed", 143), ("Failed", 1), ("Failed", 64)],
 )
 def test_a_removed_worker_that_exits_first_is_neither_restarted_nor_a_failure(
-    phase: str, code: int
+    phase: str, code: int, per_replica: bool
 ) -> None:
     """A worker beyond spec.workers that stops before its deletion shows: under
     restartPolicy ExitCode, no restart, no job failure, no success; just deleted."""
-    world = running(3, runPolicy={"restartPolicy": "ExitCode", "backoffLimit": 0})
+    world = running(3, per_replica, runPolicy={"restartPolicy": "ExitCode", "backoffLimit": 0})
     world.job = elastic_job(2, runPolicy={"restartPolicy": "ExitCode", "backoffLimit": 0})
     world.pods["j-worker-2"] = replace(
         world.pods["j-worker-2"], phase=phase, exit_code=code, ready=False
@@ -255,7 +267,7 @@ def test_a_removed_worker_that_exits_first_is_neither_restarted_nor_a_failure(
     assert "lastRecovery" not in world.status
     world.gone()
     plan = world.plan()
-    assert children(plan) == [("DeleteService", "j-worker-2")]
+    assert children(plan) == ([("DeleteService", "j-worker-2")] if per_replica else [])
     assert world.status["phase"] == naming.PHASE_RUNNING
 
 

@@ -85,9 +85,13 @@ def test_cluster_spec_shape(workers: int, ps: int, expected_types: list[str]) ->
     cluster = tfconfig.cluster_spec(s, tfconfig.cluster_addresses("j", "ns"))
     assert list(cluster) == expected_types
     assert len(cluster["ps"]) == ps
-    assert cluster["chief"] == ["j-chief-0.ns.svc:2222"]
+    assert cluster["chief"] == ["j-chief-0.j.ns.svc:2222"]
     assert len(cluster.get("worker", [])) == workers
-    assert cluster["ps"][-1] == f"j-ps-{ps - 1}.ns.svc:2222"
+    assert cluster["ps"][-1] == f"j-ps-{ps - 1}.j.ns.svc:2222"
+    per_replica = tfconfig.cluster_spec(
+        s, tfconfig.cluster_addresses("j", "ns", replica_services=True)
+    )
+    assert per_replica["chief"] == ["j-chief-0.ns.svc:2222"]
 
 
 def test_local_addresses() -> None:
@@ -127,12 +131,15 @@ def test_tf_config_does_not_share_the_cluster() -> None:
 
 @pytest.mark.parametrize(
     ("replica_type", "index", "workers_told"),
-    [("ps", 0, ["j-worker-0.ns.svc:2222", "j-worker-1.ns.svc:2222"]),
-     ("chief", 0, {}),
-     ("worker", 1, {"1": "j-worker-1.ns.svc:2222"})],
+    [
+        ("ps", 0, ["j-worker-0.j.ns.svc:2222", "j-worker-1.j.ns.svc:2222"]),
+        ("chief", 0, {}),
+        ("worker", 1, {"1": "j-worker-1.j.ns.svc:2222"}),
+    ],
 )
-def test_only_a_ps_is_told_every_worker(replica_type: str, index: int,
-                                         workers_told: object) -> None:
+def test_only_a_ps_is_told_every_worker(
+    replica_type: str, index: int, workers_told: object
+) -> None:
     cluster = tfconfig.cluster_spec(job_spec(), tfconfig.cluster_addresses("j", "ns"))
     config = tfconfig.tf_config(cluster, replica_type, index)
     assert config["cluster"]["worker"] == workers_told
@@ -141,8 +148,7 @@ def test_only_a_ps_is_told_every_worker(replica_type: str, index: int,
 
 
 @pytest.mark.parametrize(("replica_type", "index"), [("chief", 0), ("worker", 7)])
-def test_a_replica_environment_does_not_grow_with_workers(replica_type: str,
-                                                           index: int) -> None:
+def test_a_replica_environment_does_not_grow_with_workers(replica_type: str, index: int) -> None:
     sizes = []
     for workers in (10, 1000):
         s = job_spec(workers=workers, replicasToAggregate=2)

@@ -1,5 +1,6 @@
-"""The Kubernetes objects a SyncReplicasJob consists of, as plain dicts: one Pod and one
-headless Service per replica, and one NetworkPolicy per job.
+"""The Kubernetes objects a SyncReplicasJob consists of, as plain dicts: one Pod per
+replica, one headless Service per job (per replica for a job with spares: see
+:func:`uses_replica_services`), a NetworkPolicy and a PodDisruptionBudget per job.
 
 Pure builders: templates are deep-copied, inputs never mutated, names deterministic.
 
@@ -16,7 +17,7 @@ applies only where the template sets nothing (non-root uid 10001 as in the runti
 no privilege escalation, read-only root filesystem with writable emptyDirs at /tmp and,
 on the chief, at the checkpoint directory unless a mount covers it, all capabilities
 dropped, seccomp RuntimeDefault, no service-account token, no service links:
-with one Service per replica, service-link variables would grow with the job).
+with a Service per replica, service-link variables would grow with the job).
 
 Pod restartPolicy (see :func:`pod_restart_policy`): the job's run policy is the operator's
 to implement, so the kubelet restarts a container in place only where that cannot bypass
@@ -39,7 +40,7 @@ import copy
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
-from . import naming, placement, podtemplate, policy, tfconfig
+from . import naming, placement, podsecurity, podtemplate, policy, tfconfig
 from .enums import ChiefRestartPolicy, GangScheduler, RestartPolicy
 from .spec import Job, JobSpec
 
@@ -50,9 +51,7 @@ TMP_VOLUME: Final = "syncreplicas-tmp"
 CHECKPOINT_VOLUME: Final = "syncreplicas-checkpoints"
 TMP_PATH: Final = "/tmp"
 WARM_RESTART_STATE: Final = f"{TMP_PATH}/syncreplicas-warm-restarts"
-# The runtime image's user (runtime/Dockerfile); named here so that runAsNonRoot can be
-# verified by the kubelet even for images whose USER is a name.
-DEFAULT_UID: Final = 10001
+DEFAULT_UID: Final = podsecurity.DEFAULT_UID
 
 # core/v1 Container.terminationMessagePolicy: the termination message file, else the
 # log's tail when the container failed without writing one.
@@ -134,57 +133,31 @@ def _ports(spec: JobSpec) -> list[Manifest]:
     return ports
 
 
-def _covers(mount_path: str, path: str) -> bool:
-    """True when a volume mounted at ``mount_path`` holds ``path``."""
-    mount = mount_path.rstrip("/") or "/"
-    return path == mount or path.startswith(mount if mount.endswith("/") else mount + "/")
+def uses_replica_services(spec: JobSpec, *, observed: bool = False) -> bool:
+    """Whether the job's replicas are addressed through a headless Service each, not through
+    their pods' hostnames under one Service for the job. A spare takes a replica over by
+    taking its Service (a pod's hostname cannot change), so a job with spares has one per
+    replica; so does a job whose per-replica Services are ``observed`` (made so, or by an
+    earlier operator): its running pods were told those addresses. One Service per job
+    halves the writes that create it, and the EndpointSlices behind them."""
+    return observed or spec.run_policy.spares > 0
 
 
-def _secure_container(container: Manifest) -> None:
-    context = container.setdefault("securityContext", {})
-    context.setdefault("allowPrivilegeEscalation", False)
-    context.setdefault("readOnlyRootFilesystem", True)
-    context.setdefault("runAsNonRoot", True)
-    context.setdefault("capabilities", {}).setdefault("drop", ["ALL"])
-
-
-def _secure_pod(pod_spec: Manifest) -> None:
-    context = pod_spec.setdefault("securityContext", {})
-    context.setdefault("runAsNonRoot", True)
-    if "runAsUser" not in context:
-        context["runAsUser"] = DEFAULT_UID
-        context.setdefault("runAsGroup", DEFAULT_UID)
-    context.setdefault("fsGroup", DEFAULT_UID)
-    context.setdefault("seccompProfile", {"type": "RuntimeDefault"})
-    pod_spec.setdefault("automountServiceAccountToken", False)
-    pod_spec.setdefault("enableServiceLinks", False)
-
-
-def _writable_dirs(pod_spec: Manifest, container: Manifest, paths: Mapping[str, str]) -> None:
-    """emptyDir volumes at ``paths`` ({volume name: path}) that no mount covers yet."""
-    mounts = container.setdefault("volumeMounts", [])
-    volumes = pod_spec.setdefault("volumes", [])
-    for volume, path in paths.items():
-        if any(_covers(str(m.get("mountPath", "")), path) for m in mounts):
-            continue
-        mounts.append({"name": volume, "mountPath": path})
-        # A volume of this name in the template (say a PVC) is used as it is.
-        if not any(v.get("name") == volume for v in volumes):
-            volumes.append({"name": volume, "emptyDir": {}})
-
-
-def job_cluster(job: Job) -> dict[str, list[str]]:
-    """The job's TF cluster spec on Kubernetes (every replica's Service address). Built
-    once per job and passed to :func:`build_pod`: rebuilding it per pod makes a job's
-    pods cost O(workers^2)."""
-    return tfconfig.cluster_spec(job.spec, tfconfig.cluster_addresses(job.name, job.namespace))
+def job_cluster(job: Job, *, replica_services: bool | None = None) -> dict[str, list[str]]:
+    """The job's TF cluster spec on Kubernetes (every replica's address; ``None``: as
+    :func:`uses_replica_services` says for a new job). Built once per job and passed to
+    :func:`build_pod`: rebuilding it per pod makes a job's pods cost O(workers^2)."""
+    if replica_services is None:
+        replica_services = uses_replica_services(job.spec)
+    address = tfconfig.cluster_addresses(
+        job.name, job.namespace, replica_services=replica_services
+    )
+    return tfconfig.cluster_spec(job.spec, address)
 
 
 def _environment(
-    job: Job, replica_type: str, index: int, cluster: Mapping[str, list[str]] | None
+    job: Job, replica_type: str, index: int, cluster: Mapping[str, list[str]]
 ) -> list[Manifest]:
-    if cluster is None:
-        cluster = job_cluster(job)
     values = tfconfig.replica_environment(
         job.name, job.namespace, job.spec, cluster, replica_type, index
     )
@@ -201,15 +174,20 @@ def build_pod(
     cluster: Mapping[str, list[str]] | None = None,
     incarnation: int | None = None,
     avoid_nodes: Collection[str] = (),
+    replica_services: bool | None = None,
 ) -> Manifest:
     """The Pod of one replica. ``annotations`` are added (e.g. a restart round);
-    ``cluster`` is :func:`job_cluster`'s result, when the caller builds many pods;
+    ``cluster`` is :func:`job_cluster`'s result, when the caller builds many pods (with the
+    same ``replica_services``: without them the pod's hostname and subdomain make its
+    address under the job's Service);
     ``incarnation`` (the operator's clock in ms) goes into an annotation and
     ``SYNCREPLICAS_INCARNATION``; ``avoid_nodes`` are nodes the pod must not run on
     (lost ones). Tolerations and spreading: ``core/placement.py``."""
     spec = job.spec
     if not 0 <= index < spec.replica_count(replica_type):
         raise ValueError(f"{replica_type} index {index} out of range for job {job.name}")
+    if replica_services is None:
+        replica_services = uses_replica_services(spec)
     template = role_template(spec, replica_type)
     pod_spec: Manifest = copy.deepcopy(template.get("spec") or {})
     labels = naming.published_labels(job.name, replica_type, index)
@@ -246,6 +224,8 @@ def build_pod(
         for p in container.get("ports") or []
         if p.get("name") not in own_port_names and p.get("containerPort") not in own_port_numbers
     ]
+    if cluster is None:
+        cluster = job_cluster(job, replica_services=replica_services)
     own_env = _environment(job, replica_type, index, cluster)
     if incarnation is not None:
         own_env.append({"name": naming.ENV_INCARNATION, "value": str(incarnation)})
@@ -266,16 +246,19 @@ def build_pod(
     # terminationMessagePath; a crash that wrote nothing still explains itself with the
     # log's tail (docs/contract.md, "Termination message").
     container.setdefault("terminationMessagePolicy", TERMINATION_MESSAGE_POLICY)
-    _secure_container(container)
+    podsecurity.secure_container(container)
     writable = {TMP_VOLUME: TMP_PATH}
     if replica_type == naming.CHIEF and spec.training.checkpoint_dir:
         writable[CHECKPOINT_VOLUME] = spec.training.checkpoint_dir
-    _writable_dirs(pod_spec, container, writable)
-    _secure_pod(pod_spec)
+    podsecurity.writable_dirs(pod_spec, container, writable)
+    podsecurity.secure_pod(pod_spec)
     placement.add_tolerations(pod_spec)
     placement.add_spreading(pod_spec, job.name, replica_type)
     placement.avoid_nodes(pod_spec, avoid_nodes)
     pod_spec["restartPolicy"] = pod_restart_policy(spec, replica_type)
+    if not replica_services:
+        pod_spec["hostname"] = metadata["name"]
+        pod_spec["subdomain"] = naming.job_service_name(job.name)
     _join_pod_group(job, metadata, pod_spec)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
@@ -337,13 +320,32 @@ def build_pod_group(job: Job) -> Manifest:
 
 
 def build_service(job: Job, replica_type: str, index: int) -> Manifest:
-    """The headless Service of one replica, named like its pod. Addresses are published
-    before the pod is ready: gRPC peers must resolve each other while starting up; and
-    no longer once the pod is being deleted (it selects naming.LABEL_PUBLISHED, which the
-    operator then removes: plan/children.py)."""
+    """The headless Service of one replica (a job with spares), named like its pod: as
+    :func:`build_job_service`, for one replica."""
     if not 0 <= index < job.spec.replica_count(replica_type):
         raise ValueError(f"{replica_type} index {index} out of range for job {job.name}")
-    labels = naming.replica_labels(job.name, replica_type, index)
+    return _headless_service(
+        job,
+        naming.replica_name(job.name, replica_type, index),
+        naming.replica_labels(job.name, replica_type, index),
+        naming.published_labels(job.name, replica_type, index),
+    )
+
+
+def build_job_service(job: Job) -> Manifest:
+    """The job's headless Service, named like the job: the subdomain under which each
+    replica's pod hostname resolves to it. Addresses are published before a pod is ready:
+    gRPC peers must resolve each other while starting up; and no longer once the pod is
+    being deleted (it selects naming.LABEL_PUBLISHED, which the operator then removes:
+    plan/children.py)."""
+    selector = {**naming.job_labels(job.name), naming.LABEL_PUBLISHED: naming.PUBLISHED}
+    name = naming.job_service_name(job.name)
+    return _headless_service(job, name, naming.job_labels(job.name), selector)
+
+
+def _headless_service(
+    job: Job, name: str, labels: Mapping[str, str], selector: Mapping[str, str]
+) -> Manifest:
     ports: list[Manifest] = [
         {
             "name": naming.TF_PORT_NAME,
@@ -364,11 +366,11 @@ def build_service(job: Job, replica_type: str, index: int) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(job, naming.replica_name(job.name, replica_type, index), labels),
+        "metadata": _metadata(job, name, labels),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": naming.published_labels(job.name, replica_type, index),
+            "selector": dict(selector),
             "ports": ports,
         },
     }
@@ -429,19 +431,31 @@ def build_network_policy(job: Job, *, metrics_from: Sequence[str] = ()) -> Manif
 def build_children(
     job: Job, *, default_image: str = DEFAULT_IMAGE, metrics_from: Sequence[str] = ()
 ) -> list[Manifest]:
-    """Everything the job consists of, in creation order: its PodGroup (with a scheduling
-    policy), the NetworkPolicy, then per replica (PS, chief, workers) its Service before
-    its Pod."""
+    """Everything a new job consists of, in creation order: its PodGroup (with a scheduling
+    policy), the NetworkPolicy, the PodDisruptionBudget, then the job's Service and its
+    replicas' Pods (PS, chief, workers); with spares each replica's Service before its
+    Pod (the spares themselves: plan/spares.py)."""
     children: list[Manifest] = []
     if job.spec.run_policy.scheduling_policy is not None:
         children.append(build_pod_group(job))
     children.append(build_network_policy(job, metrics_from=metrics_from))
     children.append(build_disruption_budget(job))
-    cluster = job_cluster(job)
+    per_replica = uses_replica_services(job.spec)
+    cluster = job_cluster(job, replica_services=per_replica)
+    if not per_replica:
+        children.append(build_job_service(job))
     for replica_type, count in job.spec.replica_counts().items():
         for index in range(count):
-            children.append(build_service(job, replica_type, index))
+            if per_replica:
+                children.append(build_service(job, replica_type, index))
             children.append(
-                build_pod(job, replica_type, index, default_image=default_image, cluster=cluster)
+                build_pod(
+                    job,
+                    replica_type,
+                    index,
+                    default_image=default_image,
+                    cluster=cluster,
+                    replica_services=per_replica,
+                )
             )
     return children

@@ -245,7 +245,8 @@ COORDINATOR_KEY: Final = replica_key(PS, 0)
 
 
 def replica_name(job: str, replica_type: str, index: int) -> str:
-    """Name of the pod and of its headless Service: ``<job>-<type>-<index>``."""
+    """Name of the pod, its hostname and (with spares) its headless Service:
+    ``<job>-<type>-<index>``."""
     return f"{job}-{replica_key(replica_type, index)}"
 
 
@@ -264,9 +265,22 @@ def pod_group_name(job: str) -> str:
     return job
 
 
-def replica_address(job: str, namespace: str, replica_type: str, index: int) -> str:
-    """gRPC address of one replica in the cluster, through its headless Service."""
-    return f"{replica_name(job, replica_type, index)}.{namespace}.svc:{TF_PORT}"
+def job_service_name(job: str) -> str:
+    """Name of the job's one headless Service (a job without spares): the job's own name,
+    the ``subdomain`` of its replicas' pods."""
+    return job
+
+
+def replica_address(
+    job: str, namespace: str, replica_type: str, index: int, *, replica_services: bool
+) -> str:
+    """gRPC address of one replica in the cluster: with ``replica_services`` its own
+    headless Service's name (a spare can take that over), else its pod's hostname under the
+    job's Service (``<job>-worker-3.<job>.<namespace>.svc``)."""
+    host = replica_name(job, replica_type, index)
+    if not replica_services:
+        host = f"{host}.{job_service_name(job)}"
+    return f"{host}.{namespace}.svc:{TF_PORT}"
 
 
 def spare_name(job: str, number: int) -> str:

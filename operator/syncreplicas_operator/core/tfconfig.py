@@ -2,7 +2,7 @@
 
 The formats are docs/contract.md's, exactly: the runtime's ``cluster.py`` parses them and
 rejects unknown keys. Addresses come from an address function so the same code serves the
-operator (``<job>-<type>-<index>.<namespace>.svc:2222``) and the local runner
+operator (``<job>-<type>-<index>.<job>.<namespace>.svc:2222``) and the local runner
 (``127.0.0.1:<free port>``). Pure: no I/O.
 """
 
@@ -21,11 +21,14 @@ AddressFn = Callable[[str, int], str]
 """(replica type, index) -> "host:port"."""
 
 
-def cluster_addresses(job: str, namespace: str) -> AddressFn:
-    """Address function for a job on Kubernetes: the replica's headless Service."""
+def cluster_addresses(job: str, namespace: str, *, replica_services: bool = False) -> AddressFn:
+    """Address function for a job on Kubernetes: the replica's name under the job's headless
+    Service, or with ``replica_services`` its own Service (naming.replica_address)."""
 
     def address(replica_type: str, index: int) -> str:
-        return naming.replica_address(job, namespace, replica_type, index)
+        return naming.replica_address(
+            job, namespace, replica_type, index, replica_services=replica_services
+        )
 
     return address
 

@@ -1,4 +1,5 @@
-"""The job's children: create what is missing (PodGroup, NetworkPolicy, Services, then pods),
+"""The job's children: create what is missing (PodGroup, NetworkPolicy, the job's Service or
+with spares one per replica, then pods),
 delete what is out of range, force-delete pods stuck terminating on a lost node, keep the
 addresses of pods being deleted out of DNS.
 """
@@ -90,8 +91,9 @@ def reconcile_children(ctx: PlanContext) -> bool:
     _create_pod_group_and_policy(ctx)
     if ctx.observed.disruption_budget is not True:
         ctx.actions.append(CreateChild(manifests.build_disruption_budget(ctx.job)))
-    services = _create_services(ctx)
-    pods = _create_pods(ctx, ps_up)
+    per_replica = uses_replica_services(ctx)
+    services = _create_services(ctx, per_replica)
+    pods = _create_pods(ctx, ps_up, per_replica)
     _prune(ctx)
     _report_created(ctx, f"created {pods} pod(s) and {services} service(s)", pods + services)
     if ctx.status.get("restartJob") and ps_up and _all_there(ctx):
@@ -112,9 +114,23 @@ def _create_pod_group_and_policy(ctx: PlanContext) -> None:
         ctx.actions.append(CreateChild(policy))
 
 
-def _create_services(ctx: PlanContext) -> int:
-    """The Services not observed; how many."""
+def uses_replica_services(ctx: PlanContext) -> bool:
+    """Whether the job's replicas each have a Service (manifests.uses_replica_services):
+    with spares, or where one is seen (a job an earlier operator made keeps its addresses)."""
+    name = ctx.job.name
+    seen = any(naming.parse_replica_name(name, s) is not None for s in ctx.observed.services)
+    return manifests.uses_replica_services(ctx.spec, observed=seen)
+
+
+def _create_services(ctx: PlanContext, per_replica: bool) -> int:
+    """The Services not observed: the job's, or with ``per_replica`` each replica's; how
+    many."""
     job = ctx.job
+    if not per_replica:
+        if naming.job_service_name(job.name) in ctx.observed.services:
+            return 0
+        ctx.actions.append(CreateChild(manifests.build_job_service(job)))
+        return 1
     created = 0
     for replica_type, count in ctx.spec.replica_counts().items():
         for index in range(count):
@@ -125,7 +141,7 @@ def _create_services(ctx: PlanContext) -> int:
     return created
 
 
-def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
+def _create_pods(ctx: PlanContext, ps_up: bool, per_replica: bool) -> int:
     """The pods not observed (under RestartJob, workers once every PS runs); how many."""
     job = ctx.job
     restarting_job = bool(ctx.status.get("restartJob"))
@@ -159,7 +175,7 @@ def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
             if restarting_job and replica_type == naming.WORKER and not ps_up:
                 continue  # RestartJob: workers wait for the new parameter servers
             if cluster is None:
-                cluster = manifests.job_cluster(job)
+                cluster = manifests.job_cluster(job, replica_services=per_replica)
             if not restarting_job and spares.take_spare(
                 ctx, replica_type, index, incarnation, cluster
             ):
@@ -181,13 +197,15 @@ def _create_pods(ctx: PlanContext, ps_up: bool) -> int:
                 cluster=cluster,
                 incarnation=incarnation,
                 avoid_nodes=avoid,
+                replica_services=per_replica,
             )
             ctx.actions.append(CreateChild(pod))
             ctx.pods[name] = ObservedPod(name=name, replica_type=replica_type, index=index)
             created += 1
-            # A pod without a Service before this pass is a new slot (a scale up), not one
-            # that went missing.
-            if unexplained and name in ctx.observed.services:
+            # With a Service per replica, a pod without one before this pass is a new slot
+            # (a scale up), not one that went missing; with the job's Service, a scale up
+            # is known by its Resizing condition (plan/resize.py), set before this step.
+            if unexplained and (name in ctx.observed.services or not per_replica):
                 replaced.append(name)
     if created:
         ctx.actions.append(CountMetric(PODS_CREATED, created))

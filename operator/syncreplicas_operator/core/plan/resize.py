@@ -3,10 +3,11 @@ once (an Event and the Resizing condition), and clear the condition once the wor
 match, the new ones are ready (training) and the removed ones are gone. ``children.py``
 creates and deletes the pods and Services themselves.
 
-A resize is told apart from a failure by the worker slots in use: the Services of workers
-(created with the pod, deleted only when a resize removes the worker) and the live worker
-pods. A scale up needs slots nobody holds; a scale down leaves live pods beyond
-spec.workers. A worker pod lost and replaced changes neither. While a resize is under way
+A resize is told apart from a failure by the worker slots in use: the live worker pods,
+and the Services of workers (with a Service per replica: created with the pod, deleted only
+when a resize removes the worker) or else the workers the status last counted. A scale up
+needs slots nobody holds; a scale down leaves live pods beyond spec.workers. A worker pod
+lost and replaced changes neither. While a resize is under way
 its target is the one its condition names: spec.workers changed again is a new resize.
 """
 
@@ -72,13 +73,21 @@ def target_under_way(condition: Mapping[str, Any] | None) -> int | None:
 
 
 def worker_slots_in_use(ctx: PlanContext) -> int:
-    """1 + the highest worker index that has a Service or a live pod (0: none)."""
+    """1 + the highest worker index that has a Service or a live pod (0: none). Without
+    Services per replica, at least the workers the status counted last (status.workers):
+    the highest worker's pod lost is not a scale down."""
     indices = [p.index for p in ctx.live_pods() if p.replica_type == naming.WORKER]
+    per_replica = False
     for service in ctx.observed.services:
         parsed = naming.parse_replica_name(ctx.job.name, service)
+        per_replica = per_replica or parsed is not None
         if parsed is not None and parsed[0] == naming.WORKER:
             indices.append(parsed[1])
-    return 1 + max(indices, default=-1)
+    slots = 1 + max(indices, default=-1)
+    counted = ctx.inputs.status.get("workers")
+    if per_replica or not isinstance(counted, int):
+        return slots
+    return max(slots, counted)
 
 
 def resize_message(before: int, after: int) -> str:
