@@ -185,7 +185,7 @@ async def run(jobs: int, workers: int, timeout: float) -> Result:
             def all_children() -> bool:
                 pods = len(cluster.objects("v1/pods", namespace))
                 services = len(cluster.objects("v1/services", namespace))
-                return pods == services == jobs * pods_per_job
+                return pods == jobs * pods_per_job and services == jobs  # the jobs' Services
 
             await cluster.wait_for(all_children, timeout=timeout, what="all children")
             elapsed = time.monotonic() - started
@@ -249,7 +249,7 @@ BOUNDS = """\
 What bounds each figure:
 - Bytes: exact, not timed. A chief or worker pod is the same size at every W (its TF_CONFIG
   lists the PS, the chief and itself); a PS pod grows by one address per worker (a PS must
-  call every replica). Per job: ~W pods + W Services, so linear in W; the kB per replica
+  call every replica). Per job: ~W pods + one Service, so linear in W; the kB per replica
   column stays flat except for the PS's share.
 - Plan ms / job: one Python thread building every child's dict (deep copies of the
   template, the environment, the security defaults) for a new job: linear in W, bounded

@@ -220,7 +220,7 @@ def on_cluster(s: Scenario, timeout: float = 900) -> Run:
         timeout=timeout)  # fmt: skip
     pods = s.jobs * (2 + s.workers)
     run.to_children = wait("every child", lambda: sum(pod_phases().values()) == pods
-                           and services() >= pods, timeout, sample, started)  # fmt: skip
+                           and services() >= s.jobs, timeout, sample, started)  # fmt: skip
     run.to_running = wait("every pod Running", lambda: pod_phases().get("Running", 0) == pods,
                           timeout, sample, started)  # fmt: skip
     run.status_lag = wait("the status says so",

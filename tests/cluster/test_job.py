@@ -1,7 +1,7 @@
 """A user's job on a real cluster: `kubectl apply -f`, watch, wait, clean up.
 
 The operator (the chart's Deployment, under the chart's ServiceAccount and RBAC) creates
-the PS, chief and worker pods, their Services and the NetworkPolicy; the pods run the
+the PS, chief and worker pods, the job's Service and the NetworkPolicy; the pods run the
 runtime image as the non-root user; every replica reaches its peers by the TF_CONFIG
 service names through CoreDNS; training reaches maxSteps; the job is Succeeded; the PS
 pods are gone; the chief's checkpoint is on its volume. Deleting a job removes every child
@@ -123,10 +123,12 @@ def _watch_training(namespace: str, volume: Path) -> None:
 
     kube.eventually("the operator creates a pod per replica", children, 60)
     services = kube.kubectl_json("get", "services", "-n", namespace, "-l", f"{LABEL}={JOB_NAME}")
-    assert {s["metadata"]["name"] for s in services["items"]} == {
-        f"{JOB_NAME}-{r}" for r in REPLICAS
-    }
+    # One headless Service for the job: every pod is <pod>.<job>.<namespace>.svc under it.
+    assert [s["metadata"]["name"] for s in services["items"]] == [JOB_NAME]
     assert all(s["spec"]["clusterIP"] == "None" for s in services["items"])
+    for pod in kube.pods(namespace, f"{LABEL}={JOB_NAME}"):
+        assert pod["spec"]["subdomain"] == JOB_NAME
+        assert pod["spec"]["hostname"] == pod["metadata"]["name"]
     policies = kube.kubectl_json("get", "networkpolicies", "-n", namespace)["items"]
     assert [p["metadata"]["name"] for p in policies] == [f"{JOB_NAME}-grpc"]
 

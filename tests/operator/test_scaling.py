@@ -1,5 +1,5 @@
-"""The operator against kmock: elastic workers. A scale up creates the new workers'
-Services and pods, a scale down deletes the highest workers and then their Services, and
+"""The operator against kmock: elastic workers. A scale up creates the new workers' pods
+(under the job's one Service), a scale down deletes the highest workers, and
 neither restarts nor fails anything; an update the CRD's rules would refuse (workers out
 of elasticPolicy's bounds, workers of a job without one) is not applied, naming the field.
 
@@ -71,17 +71,11 @@ async def test_scale_up_then_down(shared_cluster: Cluster) -> None:
         f"{naming.LABEL_JOB_NAME}=el,{naming.LABEL_REPLICA_TYPE}=worker"
     )
 
-    # 2 -> 4: the new workers' Services, then their pods (normal env for the new spec).
+    # 2 -> 4: the new workers' pods (normal env for the new spec), under the job's Service.
     await c.patch_job(ns, "el", {"spec": {"workers": 4}})
     wanted = {"el-ps-0", "el-chief-0", *(f"el-worker-{i}" for i in range(4))}
     await c.wait_for(lambda: c.pod_names(ns, "el") == wanted, what="4 workers")
-    await c.wait_for(lambda: names(c, "v1/services", ns, "el") == wanted, what="services")
-    order = [
-        (req.path.rsplit("/", 1)[-1], (req.data or {}).get("metadata", {}).get("name"))
-        for req in c.writes(f"/namespaces/{ns}/", "POST")
-    ]
-    for new in ("el-worker-2", "el-worker-3"):
-        assert order.index(("services", new)) < order.index(("pods", new))
+    assert names(c, "v1/services", ns, "el") == {"el"}
     await c.run_pods(ns, "el")
     await c.wait_for(lambda: c.status(ns, "el").get("ready") == "6/6", what="6 ready")
     await c.wait_for(lambda: resizing(c, ns, "el") == ("False", naming.REASON_RESIZED))
@@ -94,11 +88,12 @@ async def test_scale_up_then_down(shared_cluster: Cluster) -> None:
     for pod in c.objects("v1/pods", ns, "el"):
         assert pod["metadata"]["labels"][naming.COSCHEDULING_POD_GROUP_LABEL] == "el"
 
-    # 4 -> 1: the highest workers go, then their Services; nothing comes back.
+    # 4 -> 1: the highest workers go; nothing comes back.
     await c.patch_job(ns, "el", {"spec": {"workers": 1}})
     wanted = {"el-ps-0", "el-chief-0", "el-worker-0"}
     await c.wait_for(lambda: c.pod_names(ns, "el") == wanted, what="1 worker")
-    await c.wait_for(lambda: names(c, "v1/services", ns, "el") == wanted, what="services gone")
+    assert names(c, "v1/services", ns, "el") == {"el"}
+    assert not list(c.writes(f"/namespaces/{ns}/services/", "DELETE"))
     deleted = [
         req.path.rsplit("/", 1)[-1] for req in c.writes(f"/namespaces/{ns}/pods/", "DELETE")
     ]
