@@ -4,12 +4,18 @@ container runtime: `cluster.py hollow N`), side by side with the same scenarios 
 
 Scenarios (``--quick``: 10x smaller), each repeat interleaved cluster, kmock:
 1. one job of 1000 workers;
-2. 100 jobs of 10 workers;
-3. 10 elastic jobs of 100 workers, resized 100 -> 200 -> 50 with `kubectl scale` once all
+2. the same job with `runPolicy.spares: 1`, so a headless Service per replica instead of
+   the job's one (cluster only; its spare pod comes once every replica runs, after what is
+   timed): the two addressings side by side;
+3. 100 jobs of 10 workers;
+4. 10 elastic jobs of 100 workers, resized 100 -> 200 -> 50 with `kubectl scale` once all
    their pods run (cluster only: kmock has no kubelet, so no pod ever runs there).
 
-Per scenario on the cluster: seconds from `kubectl apply` to every child created and to
-every pod Running (as the hollow kubelets report it), the job's status lag (from the last
+Per scenario on the cluster: seconds from `kubectl create` to every child created (the
+API server's time of the operator's last create, from the audit log) and to every pod
+Running (the last container's start as the hollow kubelets report it, 1 s resolution;
+polling a thousand pods with kubectl took seconds under this load, so polls only gate),
+the job's status lag (from the last
 pod Running to the status saying every replica runs), pod startup latency (creation to
 running, per pod: p50 and p99), the operator's API requests by verb and resource from the
 audit log (and any 409, 429 or 5xx), its peak RSS and CPU seconds (its own process
@@ -27,6 +33,7 @@ scenario (250 pods each: `python3 hack/cluster/cluster.py hollow 9` holds the 20
 from __future__ import annotations
 
 import collections
+import os
 import re
 import statistics
 import sys
@@ -54,6 +61,7 @@ class Scenario:
     jobs: int
     workers: int
     resizes: tuple[int, ...] = ()
+    spares: int = 0
 
     @property
     def pods(self) -> int:
@@ -61,12 +69,14 @@ class Scenario:
 
 
 # The names --only takes, in the order scenarios() returns them.
-SCENARIO_KEYS = ("one-large", "many-small", "resize")
+SCENARIO_KEYS = ("one-large", "one-large-per-replica", "many-small", "resize")
 
 
 def scenarios(scale: int) -> list[Scenario]:
     return [
         Scenario(f"1 job x {1000 // scale} workers", 1, 1000 // scale),
+        Scenario(f"1 job x {1000 // scale} workers, a Service per replica (spares: 1)", 1,
+                 1000 // scale, spares=1),
         Scenario(f"{100 // scale} jobs x 10 workers", 100 // scale, 10),
         Scenario(f"{10 // scale} jobs x {100 // scale} workers, resized "
                  f"{100 // scale} -> {200 // scale} -> {50 // scale}", 10 // scale,
@@ -149,15 +159,58 @@ def quantile(buckets: dict[float, float], q: float) -> float:
     return lower
 
 
-def startup_latencies() -> list[float]:
-    """Per pod: seconds from its creation to its container running (1 s resolution)."""
+# Processes of this machine by what they are (every node's daemons run here): (group, what
+# /proc/<pid>/comm is, or a piece of its command line).
+COMPONENTS = (
+    ("API server", "kube-apiserver"), ("etcd", "etcd"),
+    ("controller-manager", "kube-controller"), ("scheduler", "kube-scheduler"),
+    ("kube-router (4 nodes)", "kube-router"), ("hollow nodes", "--morph="),
+    ("kubelets, containerd", "kubelet"), ("kubelets, containerd", "containerd"),
+    ("operator", "syncreplicas"), ("Kueue", "manager"), ("CoreDNS", "coredns"),
+)  # fmt: skip
+
+
+def cpu_by_component() -> collections.Counter[str]:
+    """CPU seconds so far of this machine's processes, summed by COMPONENTS (others:
+    "other")."""
+    out: collections.Counter[str] = collections.Counter()
+    tick = os.sysconf("SC_CLK_TCK")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            comm = (proc / "comm").read_text().strip()
+            raw = (proc / "cmdline").read_bytes()[:300]
+            cmdline = raw.replace(b"\0", b" ").decode(errors="replace")
+            fields = (proc / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        group = next((g for g, key in COMPONENTS if comm == key or key in cmdline), "other")
+        out[group] += (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def pod_starts() -> list[tuple[float, float]]:
+    """Per replica pod (not a spare): its creation and its container's start, unix time
+    (1 s resolution)."""
     out = []
     for pod in kube.kubectl_json("get", "pods", "-n", NAMESPACE)["items"]:
+        if "-spare-" in pod["metadata"]["name"]:
+            continue
         for status in pod.get("status", {}).get("containerStatuses", []):
             started = status.get("state", {}).get("running", {}).get("startedAt")
             if started:
-                out.append(parse(started) - parse(pod["metadata"]["creationTimestamp"]))
+                out.append((parse(pod["metadata"]["creationTimestamp"]), parse(started)))
     return out
+
+
+def last_child_created(events: list[dict[str, Any]]) -> float:
+    """Unix time at which the API server answered the operator's last create of a replica's
+    pod or a Service (audit events)."""
+    return max(parse(e["stageTimestamp"]) for e in events
+               if e.get("verb") == "create"
+               and (e.get("objectRef") or {}).get("resource") in ("pods", "services")
+               and "-spare-" not in (e.get("objectRef") or {}).get("name", ""))  # fmt: skip
 
 
 def parse(stamp: str) -> float:
@@ -181,6 +234,8 @@ class Run:
     watch_events: float = 0.0
     mutating_p99: float = float("nan")
     startup: list[float] = field(default_factory=list)
+    # CPU seconds by component from `kubectl create` to every pod Running.
+    cpu_by: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
 def wait(what: str, check: Callable[[], bool], timeout: float, sample: Callable[[], None],
@@ -212,20 +267,26 @@ def on_cluster(s: Scenario, timeout: float = 900) -> Run:
     def sample() -> None:
         peak.append(operator_process().get("rss", 0.0))
 
-    started = time.monotonic()
+    started, wall = time.monotonic(), time.time()
+    cpu_before = cpu_by_component()
     # One request per job (a client-side apply reads each first); the API server is busy
     # with the first jobs' children meanwhile: 100 jobs took over 2 minutes.
     kube.kubectl("create", "-f", "-", input=yaml.safe_dump_all(
-        [hollow_job(n, NAMESPACE, s.workers, max_workers) for n in names]),
+        [hollow_job(n, NAMESPACE, s.workers, max_workers, s.spares) for n in names]),
         timeout=timeout)  # fmt: skip
-    pods = s.jobs * (2 + s.workers)
-    run.to_children = wait("every child", lambda: sum(pod_phases().values()) == pods
-                           and services() >= s.jobs, timeout, sample, started)  # fmt: skip
-    run.to_running = wait("every pod Running", lambda: pod_phases().get("Running", 0) == pods,
-                          timeout, sample, started)  # fmt: skip
+    pods = s.jobs * (2 + s.workers)  # and a spare per job, once every replica runs
+    wait("every child", lambda: sum(pod_phases().values()) >= pods
+         and services() >= s.jobs, timeout, sample, started)  # fmt: skip
+    wait("every pod Running", lambda: pod_phases().get("Running", 0) >= pods,
+         timeout, sample, started)  # fmt: skip
+    run.cpu_by = cpu_by_component()
+    run.cpu_by.subtract(cpu_before)
     run.status_lag = wait("the status says so",
                           lambda: all_replicas_said(s.jobs, 1 + s.workers), 120, sample)
-    run.startup = startup_latencies()
+    starts = pod_starts()
+    run.startup = [up - made for made, up in starts]
+    run.to_running = max(up for _, up in starts) - wall
+    run.to_children = last_child_created(operator_requests(offset, NAMESPACE)) - wall
     for workers in s.resizes:
         t0 = time.monotonic()
         for name in names:
@@ -300,6 +361,22 @@ def side_by_side(cluster: list[list[Run]], kmock: list[list[Any]]) -> str:
     return table(header, rows)
 
 
+def cpu_table(cluster: list[list[Run]]) -> str:
+    """CPU seconds by component from `kubectl create` to every pod Running (median over the
+    repeats), and each one's share of the machine's."""
+    groups = sorted({g for runs in cluster for r in runs for g in r.cpu_by})
+    header = ["component", *[runs[-1].scenario.name for runs in cluster]]
+    rows = []
+    for group in groups:
+        row = [group]
+        for runs in cluster:
+            mine = median([r.cpu_by.get(group, 0.0) for r in runs])
+            total = median([sum(r.cpu_by.values()) for r in runs])
+            row.append(f"{mine:.1f} ({100 * mine / total:.0f}%)" if total else "-")
+        rows.append(row)
+    return table(header, rows)
+
+
 def requests_table(cluster: list[list[Run]]) -> str:
     """The operator's requests per job by verb and resource (last repeat of each)."""
     kinds = sorted({k for runs in cluster for k in runs[-1].requests})
@@ -341,9 +418,15 @@ def main(argv: list[str], kmock_run: Callable[[int, int], Any]) -> int:
     for _ in range(repeats):
         for i, s in enumerate(chosen):  # interleaved: the machine's drift hits both alike
             cluster[i].append(on_cluster(s))
-            print(f"  {s.name}, real: children {cluster[i][-1].to_children:.1f}s, running "
-                  f"{cluster[i][-1].to_running:.1f}s", flush=True)  # fmt: skip
-            if not s.resizes:
+            r = cluster[i][-1]
+            print(f"  {s.name}, real: children {r.to_children:.1f}s, running "
+                  f"{r.to_running:.1f}s, status lag {r.status_lag:.1f}s, writes/job "
+                  f"{writes(r.requests) / s.jobs:g}, errors {dict(r.errors) or 0}, mutating p99 "
+                  f"{r.mutating_p99 * 1000:.0f} ms, CPU {r.cpu_seconds:.1f}s, "
+                  f"requests {dict(r.requests)}, CPU by component "
+                  f"{ {k: round(v, 1) for k, v in r.cpu_by.most_common()} }",
+                  flush=True)  # fmt: skip
+            if not s.resizes and not s.spares:
                 kmock[i].append(kmock_run(s.jobs, s.workers))
                 print(f"  {s.name}, kmock: children "
                       f"{kmock[i][-1].seconds_to_children:.1f}s", flush=True)  # fmt: skip
@@ -351,6 +434,8 @@ def main(argv: list[str], kmock_run: Callable[[int, int], Any]) -> int:
     print(side_by_side(cluster, kmock))
     print()
     print(requests_table(cluster))
+    print()
+    print(cpu_table(cluster))
     print()
     print(SLOS)
     return 0

@@ -13,9 +13,9 @@ HOLLOW = kube.node.hollow.LABEL  # the hollow nodes' label and NoSchedule taint 
 
 
 def hollow_job(name: str, namespace: str, workers: int,
-               max_workers: int | None = None) -> dict[str, Any]:  # fmt: skip
+               max_workers: int | None = None, spares: int = 0) -> dict[str, Any]:  # fmt: skip
     """A job whose pods go to the hollow nodes (their toleration and selector); elastic up
-    to ``max_workers`` when given."""
+    to ``max_workers`` when given; with ``spares`` (a headless Service per replica)."""
     spec: dict[str, Any] = {
         "workers": workers, "replicasToAggregate": 1, "parameterServers": 1,
         "model": {"entrypoint": "syncreplicas_runtime.models.linear:build"},
@@ -26,6 +26,8 @@ def hollow_job(name: str, namespace: str, workers: int,
     }  # fmt: skip
     if max_workers is not None:
         spec["elasticPolicy"] = {"minWorkers": 1, "maxWorkers": max_workers}
+    if spares:
+        spec["runPolicy"] = {"spares": spares}
     return {"apiVersion": "syncreplicas.io/v1alpha1", "kind": "SyncReplicasJob",
             "metadata": {"name": name, "namespace": namespace}, "spec": spec}  # fmt: skip
 
