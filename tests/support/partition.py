@@ -4,8 +4,9 @@ One job: stand in, locally, for a node that is cut off while the operator force-
 pod and starts a replacement with the same identity elsewhere. Standard library only.
 
 On a cluster the replica's name (its pod's hostname under the job's headless Service)
-moves to the new pod's address and the old pod's address stops answering. Locally every process is on 127.0.0.1, so the
-replica's address in every other process's TF_CONFIG is a :class:`Forwarder` to the port of
+moves to the new pod's address and the old pod's address stops answering. Locally every
+process is on 127.0.0.1, so the replica's address in every other process's TF_CONFIG is a
+:class:`Forwarder` to the port of
 the process that holds the name now; that process is told its own private port. Replacing
 it (:meth:`Partition.replace`) stops the old process (SIGSTOP: it runs no code and answers
 nothing, but keeps its sockets, as a partitioned process does), cuts every connection that
