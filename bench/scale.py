@@ -366,12 +366,12 @@ def cpu_table(cluster: list[list[Run]]) -> str:
     repeats), and each one's share of the machine's."""
     groups = sorted({g for runs in cluster for r in runs for g in r.cpu_by})
     header = ["component", *[runs[-1].scenario.name for runs in cluster]]
+    totals = [median([sum(r.cpu_by.values()) for r in runs]) for runs in cluster]
     rows = []
     for group in groups:
         row = [group]
-        for runs in cluster:
+        for runs, total in zip(cluster, totals, strict=True):
             mine = median([r.cpu_by.get(group, 0.0) for r in runs])
-            total = median([sum(r.cpu_by.values()) for r in runs])
             row.append(f"{mine:.1f} ({100 * mine / total:.0f}%)" if total else "-")
         rows.append(row)
     return table(header, rows)
