@@ -64,7 +64,7 @@ POD_GROUPS = {"scheduling.x-k8s.io": ("v1alpha1", "Coscheduling"),
 # Children the repair scenario deletes under a running job; the operator makes them again.
 # The NetworkPolicy first: the pod's deletion wakes the job's loop after it.
 REPAIRED = {"networkpolicies": "networkpolicy/repair-grpc",
-            "services": "service/repair-chief-0", "pods": "pod/repair-ps-0"}  # fmt: skip
+            "services": "service/repair", "pods": "pod/repair-ps-0"}  # fmt: skip
 CHART_OPERATOR = f"system:serviceaccount:{kube.RELEASE_NAMESPACE}:syncreplicas-operator"
 EDITOR = f"rbac-editor-{RUN}"
 TEAM_A, TEAM_B, TEAM_C = (f"{PREFIX}team-{t}" for t in "abc")
@@ -374,7 +374,7 @@ class Run:
         for case in self.of("repair"):
             have = case.there().now
             if case.repaired_at or not ({"repair-ps-0", "repair-chief-0"} <= have.get("Pod", set())
-                                        and "repair-chief-0" in have.get("Service", set())
+                                        and "repair" in have.get("Service", set())
                                         and have.get("NetworkPolicy")):  # fmt: skip
                 continue
             case.repaired_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -145,6 +145,9 @@ ALL_CHILDREN = [
          {"services": frozenset({"j-ps-0", "j-chief-0", "j-worker-1"})},
          {"conditions": [CREATED]}, [("Service", "j-worker-0"), ("Pod", "j-worker-0")],
          [naming.REASON_CHILD_CREATED]),
+        # An earlier job's out-of-range Service is no sign of one: the job's Service.
+        ({}, [], {"services": frozenset({"j-worker-7"}), "network_policy": False}, {},
+         ALL_CHILDREN, [naming.REASON_CREATED]),
         # RestartJob: workers wait for every PS to run again.
         ({}, ["j-chief-0"], {}, {"conditions": [CREATED], "restartJob": {"round": 2}},
          [("Pod", "j-ps-0")], [naming.REASON_CHILD_CREATED]),
@@ -193,6 +196,15 @@ def test_reconcile_children_deletes_what_is_out_of_range() -> None:
         DeleteService("j-worker-5"),
     ]
     assert reasons(ctx) == [naming.REASON_CHILD_DELETED, naming.REASON_CREATED]
+
+
+def test_an_earlier_jobs_out_of_range_service_is_deleted_under_the_jobs_service() -> None:
+    ctx = context(JOB, pods_of(JOB), services=frozenset({"j", "j-worker-7"}))
+    reconcile_children(ctx)
+    assert [a for a in ctx.actions if isinstance(a, DeletePod | DeleteService)] == [
+        DeleteService("j-worker-7")
+    ]
+    assert created(ctx) == []
 
 
 def test_reconcile_children_never_creates_over_a_terminating_pod() -> None:

@@ -116,9 +116,12 @@ def _create_pod_group_and_policy(ctx: PlanContext) -> None:
 
 def uses_replica_services(ctx: PlanContext) -> bool:
     """Whether the job's replicas each have a Service (manifests.uses_replica_services):
-    with spares, or where one is seen (a job an earlier operator made keeps its addresses)."""
-    name = ctx.job.name
-    seen = any(naming.parse_replica_name(name, s) is not None for s in ctx.observed.services)
+    with spares, or where one of a replica the spec has is seen (a job an earlier operator
+    made keeps its addresses). An out-of-range one, left by an earlier job of the name,
+    does not count: it is pruned."""
+    counts = ctx.spec.replica_counts()
+    parsed = (naming.parse_replica_name(ctx.job.name, s) for s in ctx.observed.services)
+    seen = any(p is not None and p[1] < counts.get(p[0], 0) for p in parsed)
     return manifests.uses_replica_services(ctx.spec, observed=seen)
 
 
