@@ -10,6 +10,7 @@ resourceVersion, creationTimestamp, generation), because kmock does not.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import itertools
 import os
 import signal
@@ -151,8 +152,18 @@ class RecordingEmulator(kmock.KubernetesEmulator):
             self._inflight.pop(id(request), None)
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the process that started it dies (a test or
+    bench killed mid-run), which its own session would otherwise outlive."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 class Operator:
-    """One ``syncreplicas operator`` process (own process group, always killed)."""
+    """One ``syncreplicas operator`` process (own process group, always killed; killed
+    with the process that started it too)."""
 
     def __init__(
         self,
@@ -187,6 +198,7 @@ class Operator:
             stdout=log.open("ab"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
 
     async def wait_live(self, timeout: float = 60.0) -> None:
