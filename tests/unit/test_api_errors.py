@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from syncreplicas_operator.controller.settings import metrics_namespaces
@@ -81,3 +82,74 @@ def test_a_namespace_gone_is_told_from_other_not_founds(status: int, body: str,
                                                         gone: bool) -> None:  # fmt: skip
     error = k8s.ApiError("POST", "/apis/networking.k8s.io/v1/namespaces/team-b/x", status, body)
     assert k8s.namespace_gone(error, "team-b") is gone
+
+
+JOB_OWNER = {"apiVersion": "syncreplicas.io/v1alpha1", "kind": "SyncReplicasJob",
+             "name": "digits", "uid": "u-1", "controller": True}  # fmt: skip
+SERVICE = {"apiVersion": "v1", "kind": "Service",
+           "metadata": {"name": "digits", "ownerReferences": [JOB_OWNER]}}  # fmt: skip
+
+
+class Answers(k8s.Api):
+    """An Api whose requests get canned answers: POST ``post``, GET ``existing``."""
+
+    def __init__(self, post: int, existing: dict[str, Any] | None) -> None:
+        super().__init__(api_client=object(), parallelism=1)  # type: ignore[arg-type]
+        self.post, self.existing, self.sent = post, existing, []
+
+    def _call(self, method: str, path: str, body: Any = None, content_type: str = "",
+              ok: tuple[int, ...] = ()) -> tuple[int, Any]:  # fmt: skip
+        self.sent.append((method, path))
+        if method == "POST":
+            return self.post, None
+        return (404, None) if self.existing is None else (200, self.existing)
+
+
+def meta(**fields: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "digits", **fields}}
+
+
+@pytest.mark.parametrize(
+    ("post", "existing", "new", "refused"),
+    [
+        (201, None, True, ""),
+        # Its own (a retry after a create whose answer was lost): done, nothing to say.
+        (409, meta(ownerReferences=[JOB_OWNER]), False, ""),
+        # Gone meanwhile, or going (an earlier job's, deleted): the next pass makes it.
+        (409, None, False, ""),
+        (409, meta(deletionTimestamp="2026-11-28T00:00:00Z",
+                   ownerReferences=[{**JOB_OWNER, "uid": "u-0"}]), False, ""),
+        # Someone else's: the job is told whose, and that the name must be freed.
+        (409, meta(), None, "(it has no owner)"),
+        (409, meta(ownerReferences=[{"kind": "Deployment", "name": "web", "uid": "d",
+                                     "controller": True}]),
+         None, "(it belongs to Deployment web)"),
+        # An earlier job's of the name, not yet collected (its owner is gone): as going.
+        (409, meta(ownerReferences=[{**JOB_OWNER, "uid": "u-0"}]), False, ""),
+        (409, meta(ownerReferences=[{**JOB_OWNER, "name": "mnist", "uid": "u-2"}]), None,
+         "(it belongs to SyncReplicasJob mnist)"),
+    ],
+)  # fmt: skip
+def test_a_create_that_finds_the_name_taken_checks_whose_it_is(
+    post: int, existing: dict[str, Any] | None, new: bool | None, refused: str
+) -> None:
+    api = Answers(post, existing)
+    if new is not None:
+        assert api.create("team", SERVICE) is new
+        return
+    with pytest.raises(k8s.CreateRefused) as caught:
+        api.create("team", SERVICE)
+    error = caught.value
+    assert (error.kind, error.name, error.status) == ("Service", "digits", 409)
+    assert str(error) == (
+        'create Service digits: HTTP 409: Service "digits" already exists and is not this '
+        f"job's {refused}: delete or rename it, or give the job another name"
+    )
+    assert api.sent == [("POST", "/api/v1/namespaces/team/services"),
+                        ("GET", "/api/v1/namespaces/team/services/digits")]  # fmt: skip
+
+
+def test_a_child_without_an_owner_is_not_checked() -> None:
+    api = Answers(409, meta())
+    assert api.create("team", {"kind": "Service", "metadata": {"name": "digits"}}) is False
+    assert [m for m, _ in api.sent] == ["POST"]

@@ -1,8 +1,9 @@
 """Write to the Kubernetes API: create and delete children, patch job status, post Events.
 
 The only module that changes the cluster. Idempotency is explicit: creating an object that
-already exists (409) and deleting one that is already gone (404) both count as done,
-because children have deterministic names and a repeated plan must be harmless.
+already exists (409; the job's own, or one going) and deleting one that is already gone
+(404) both count as done, because children have deterministic names and a repeated plan
+must be harmless. A name taken by someone else's object is refused, and said.
 
 It talks JSON through the ``kubernetes`` client's configuration, authentication and
 connection pool (in-cluster service account or kubeconfig), but not through its generated
@@ -109,6 +110,12 @@ def collection_path(kind: str, namespace: str, api_version: str = "") -> str:
     return f"{prefix}/namespaces/{namespace}/{plural}"
 
 
+def controller_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ownerReference of ``obj`` that is its controller, if any."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return next((r for r in refs if r.get("controller")), None)
+
+
 def request(api_client: client.ApiClient, method: str, path: str, body: Any = None,
             content_type: str = JSON, ok: tuple[int, ...] = (),
             timeout: float = 30.0) -> tuple[int, Any]:  # fmt: skip
@@ -161,16 +168,48 @@ class Api:
     # -- children ---------------------------------------------------------------------
 
     def create(self, namespace: str, body: Mapping[str, Any]) -> bool:
-        """Create ``body`` (its ``kind`` picks the endpoint); False if it already existed."""
-        kind = str(body["kind"])
+        """Create ``body`` (its ``kind`` picks the endpoint); False if it already existed.
+        One that exists and belongs to someone else (another owner, or none) is refused
+        (CreateRefused): a job's child cannot be a user's object of the same name."""
+        kind, name = str(body["kind"]), str(body["metadata"]["name"])
         path = collection_path(kind, namespace, str(body.get("apiVersion", "")))
         try:
             status, _ = self._call("POST", path, dict(body), ok=(409,))
         except ApiError as exc:
             if exc.status in REFUSALS:
-                raise CreateRefused(kind, str(body["metadata"]["name"]), exc) from exc
+                raise CreateRefused(kind, name, exc) from exc
             raise
+        if status == 409:
+            self._check_owner(path, body)
         return status != 409
+
+    def _check_owner(self, path: str, body: Mapping[str, Any]) -> None:
+        """The object of ``body``'s name that exists: this job's, going, or gone since is
+        fine, and so is an earlier job's of the same name (the garbage collector removes
+        it: its owner is gone); another's (a user's Service named like the job) raises
+        CreateRefused."""
+        owner = controller_of(body)
+        if owner is None:
+            return  # nothing to compare with
+        name = str(body["metadata"]["name"])
+        code, found = self._call("GET", f"{path}/{name}", ok=(404,))
+        if code == 404 or found is None:
+            return
+        meta = found.get("metadata") or {}
+        refs = meta.get("ownerReferences") or []
+        mine = {owner["uid"], (owner["kind"], owner["name"])}
+        if meta.get("deletionTimestamp") or any(
+            r.get("uid") in mine or (r.get("kind"), r.get("name")) in mine for r in refs
+        ):
+            return
+        theirs = controller_of(found) or (refs[0] if refs else None)
+        whose = f"it belongs to {theirs['kind']} {theirs['name']}" if theirs else "it has no owner"
+        message = (
+            f'{body["kind"]} "{name}" already exists and is not this job\'s ({whose}): '
+            "delete or rename it, or give the job another name"
+        )
+        status = json.dumps({"kind": "Status", "code": 409, "message": message})
+        raise CreateRefused(str(body["kind"]), name, ApiError("POST", path, 409, status))
 
     def delete(
         self,
