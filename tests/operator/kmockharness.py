@@ -10,7 +10,6 @@ resourceVersion, creationTimestamp, generation), because kmock does not.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import itertools
 import os
 import signal
@@ -152,13 +151,14 @@ class RecordingEmulator(kmock.KubernetesEmulator):
             self._inflight.pop(id(request), None)
 
 
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the process that started it dies (a test or
-    bench killed mid-run), which its own session would otherwise outlive."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+# Run before the operator: SIGKILL when the process that started it dies (a test or bench
+# killed mid-run), which its own session would otherwise outlive (prctl PR_SET_PDEATHSIG,
+# kept across exec); then exec the rest of the command line. Not a preexec_fn: that is not
+# safe in a process with threads.
+DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
+    "os.getppid() == 1 and sys.exit(1); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
 
 
 class Operator:
@@ -180,6 +180,8 @@ class Operator:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
+                "-c",
+                DIE_WITH_PARENT,
                 "-m",
                 "syncreplicas_operator.cli",
                 "operator",
@@ -198,7 +200,6 @@ class Operator:
             stdout=log.open("ab"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
         )
 
     async def wait_live(self, timeout: float = 60.0) -> None:
