@@ -183,18 +183,17 @@ class Api:
                 raise CreateRefused(kind, name, exc) from exc
             raise
         if status == 409:
-            self._check_owner(path, body)
+            self._check_owner(path, kind, name, body)
         return status != 409
 
-    def _check_owner(self, path: str, body: Mapping[str, Any]) -> None:
+    def _check_owner(self, path: str, kind: str, name: str, body: Mapping[str, Any]) -> None:
         """The object of ``body``'s name that exists: this job's, going, or gone since is
         fine, and so is an earlier job's of the same name (the garbage collector removes
         it: its owner is gone); another's (a user's Service named like the job) raises
         CreateRefused."""
         owner = controller_of(body)
-        if owner is None or body["kind"] not in OWNER_CHECKED:
+        if owner is None or kind not in OWNER_CHECKED:
             return  # nothing to compare with, or no grant to read it
-        name = str(body["metadata"]["name"])
         # A list of the one name: the operator's role lists its children, never gets them.
         _, found = self._call("GET", f"{path}?fieldSelector=metadata.name%3D{name}")
         items = [i for i in (found or {}).get("items") or []
@@ -203,19 +202,19 @@ class Api:
             return
         meta = items[0]["metadata"]
         refs = meta.get("ownerReferences") or []
-        mine = {owner["uid"], (owner["kind"], owner["name"])}
-        if meta.get("deletionTimestamp") or any(
-            r.get("uid") in mine or (r.get("kind"), r.get("name")) in mine for r in refs
-        ):
+        # The job's own, or an earlier job's of its name (same kind and name, any uid).
+        job = (owner["kind"], owner["name"])
+        going = bool(meta.get("deletionTimestamp"))
+        if going or any((r.get("kind"), r.get("name")) == job for r in refs):
             return
         theirs = controller_of(items[0]) or (refs[0] if refs else None)
         whose = f"it belongs to {theirs['kind']} {theirs['name']}" if theirs else "it has no owner"
         message = (
-            f'{body["kind"]} "{name}" already exists and is not this job\'s ({whose}): '
+            f'{kind} "{name}" already exists and is not this job\'s ({whose}): '
             "delete or rename it, or give the job another name"
         )
         status = json.dumps({"kind": "Status", "code": 409, "message": message})
-        raise CreateRefused(str(body["kind"]), name, ApiError("POST", path, 409, status))
+        raise CreateRefused(kind, name, ApiError("POST", path, 409, status))
 
     def delete(
         self,
