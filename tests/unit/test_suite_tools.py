@@ -1,0 +1,124 @@
+"""The test suite's own tools: which reads skip kubectl, how the CPU sampler names a
+process, and the slowest tests read back from JUnit XML."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.cluster.reads import object_path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / "hack" / "suite" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+cpusample = load("cpusample")
+slowest = load("slowest")
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        (("get", "srj", "x", "-n", "ns"),
+         "/apis/syncreplicas.io/v1alpha1/namespaces/ns/syncreplicasjobs/x"),
+        (("get", "pods", "-n", "ns", "-l", "a=b,c in (d)"),
+         "/api/v1/namespaces/ns/pods?labelSelector=a%3Db%2Cc%20in%20%28d%29"),
+        (("get", "nodes"), "/api/v1/nodes"),
+        (("get", "node", "n1"), "/api/v1/nodes/n1"),
+        (("get", "lease", "l", "--namespace", "kube-system"),
+         "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l"),
+        # kubectl's own: other verbs, kinds it alone resolves, flags, no namespace, -A
+        (("get", "srj", "--all-namespaces"), None),
+        (("get", "pods", "-A"), None),
+        (("get", "pod", "x"), None),
+        (("get", "workloads.kueue.x-k8s.io", "-n", "ns"), None),
+        (("get", "events", "-n", "ns", "--field-selector", "reason=X"), None),
+        (("get", "pod", "a", "b", "-n", "ns"), None),
+        (("get", "pod", "a", "-n", "ns", "-l", "x=y"), None),
+        (("describe", "srj", "x", "-n", "ns"), None),
+    ],
+)  # fmt: skip
+def test_object_path(args: tuple[str, ...], path: str | None) -> None:
+    assert object_path(*args) == path
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "lane"),
+    [
+        (".venv/bin/python -m pytest tests --ignore=tests/cluster -p no:cacheprovider", "local"),
+        (".venv/bin/python -m pytest -p no:cacheprovider tests/cluster -m exclusive", "cluster"),
+        (".venv/bin/python -m pytest tests/cluster/test_job.py", "cluster"),
+        ("python3 hack/cluster/cluster.py up", None),
+        ("python -m syncreplicas_runtime", None),
+    ],
+)  # fmt: skip
+def test_lane_of(cmdline: str, lane: str | None) -> None:
+    assert cpusample.lane_of(cmdline) == lane
+
+
+@pytest.mark.parametrize(
+    ("comm", "cmdline", "component"),
+    [
+        ("python", "python -m syncreplicas_runtime", "jobs' TensorFlow processes (pods)"),
+        ("kube-apiserver", "/x/kube-apiserver --etcd-servers=...", "API server"),
+        ("kube-router", "/x/kube-router --run-firewall", "kube-router (every node)"),
+        ("kubemark", "/x/kubemark --morph=kubelet", "hollow nodes (kubemark)"),
+        ("prometheus", "/bin/prometheus --config.file=/etc/x", "Prometheus (and its config "
+                                                               "reloader)"),
+        ("operator", "/bin/operator --kubelet-service=kube-system/kubelet", "Prometheus Operator"),
+        ("bash", "bash -c true", None),
+    ],
+)  # fmt: skip
+def test_component(comm: str, cmdline: str, component: str | None) -> None:
+    assert cpusample.component(comm, cmdline) == component
+
+
+def test_a_process_that_exited_unseen_is_its_parents_and_lanes_go_by_ancestry() -> None:
+    book = cpusample.Book()
+    book.seen = {
+        10: {"comm": "kube-router", "cmdline": "/x/kube-router", "ppid": 1, "start": 1, "cpu": 0},
+        20: {"comm": "python", "cmdline": "python -m pytest tests/cluster -n 3", "ppid": 1,
+             "start": 1, "cpu": 0},
+        21: {"comm": "python", "cmdline": "python -c import execnet", "ppid": 20, "start": 2,
+             "cpu": 0},
+    }  # fmt: skip
+    assert book.group(99, "iptables", 10) == "kube-router (every node)"
+    assert book.group(98, "kubectl", 21) == "cluster tests: kubectl"
+    assert book.group(21) == "cluster tests: pytest, host processes"
+    assert book.group(97, "sh", 1) == "other"
+
+
+def test_the_table_accounts_for_the_whole_machine() -> None:
+    text = cpusample.table({"seconds": 600, "machine": 900.0, "accounting": True,
+                            "components": {"API server": 300.0, "etcd": 120.0, "tiny": 0.2}})
+    lines = text.splitlines()
+    assert "busy 15.0 core-min" in lines[0]
+    assert [line.split()[0] for line in lines[3:5]] == ["API", "etcd"]
+    assert lines[-1].split()[-2:] == ["8.0", "53.3%"]  # 900 - 420.2 s, unaccounted
+
+
+def test_slowest_reads_junit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    xml = tmp_path / "j.xml"
+    xml.write_text(
+        '<testsuites><testsuite time="90"><testcase classname="tests.cluster.test_a" name="t1" '
+        'time="60"/><testcase classname="tests.cluster.test_b" name="t2" time="25">'
+        '<failure message="x"/></testcase><testcase classname="c" name="s" time="0">'
+        "<skipped/></testcase></testsuite></testsuites>"
+    )
+    assert slowest.main(["-n", "2", f"cluster={xml}", f"cluster={tmp_path / 'missing.xml'}"]) == 0
+    out = capsys.readouterr().out
+    assert "1 passed, 1 failed, 1 skipped" in out
+    assert out.index("tests.cluster.test_a::t1") < out.index("tests.cluster.test_b::t2  [failed]")
+    assert "missing.xml was not written" in out
