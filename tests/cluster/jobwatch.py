@@ -22,7 +22,7 @@ STEP_RE = re.compile(r"^syncreplicas_global_step(?:{[^}]*})? ([0-9.e+-]+)$", re.
 def metrics(namespace: str, pod: str) -> str:
     """A replica's /metrics through the API server's proxy."""
     path = f"/api/v1/namespaces/{namespace}/pods/{pod}:9090/proxy/metrics"
-    return kube.kubectl("get", "--raw", path, timeout=5, check=False).stdout
+    return kube.raw(path, timeout=5, check=False)
 
 
 def global_step(namespace: str, pod: str) -> int | None:
@@ -228,7 +228,8 @@ def node_daemons(name: str) -> dict[str, int | None]:
 
 
 def node_names() -> list[str]:
-    return sorted(n["metadata"]["name"] for n in kube.kubectl_json("get", "nodes")["items"])
+    """The names of the nodes a kubelet runs (never a hollow node or a test's Node object)."""
+    return [n["metadata"]["name"] for n in kube.real_nodes()]
 
 
 def updates(path: Path) -> list[tuple[float, int, int]]:

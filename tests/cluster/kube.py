@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests.cluster import reads
 from tests.support.groups import children_of, parent_of
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +63,25 @@ def kubectl(*args: str, check: bool = True, input: str | None = None,
 
 
 def kubectl_json(*args: str) -> Any:
+    """``kubectl ARGS -o json``, parsed. A plain `get KIND [NAME] [-n NS] [-l SELECTOR]` of
+    the kinds reads.KINDS knows is read from the API server directly (the JSON kubectl
+    would print; what the tests poll, without a kubectl process each time); not found or
+    refused raises AssertionError as kubectl's exit would."""
+    path = reads.object_path(*args)
+    if path is not None:
+        return reads.get_json(KUBECONFIG, path)
     return json.loads(kubectl(*args, "-o", "json").stdout)
+
+
+def raw(path: str, timeout: float = 10, check: bool = True) -> str:
+    """``kubectl get --raw PATH`` (a pod's /metrics through the API server's proxy, say),
+    read directly; with ``check=False`` a failure is "" instead of an AssertionError."""
+    try:
+        return reads.get_text(KUBECONFIG, path, timeout)
+    except AssertionError:
+        if check:
+            raise
+        return ""
 
 
 def helm(*args: str, check: bool = True, timeout: float = 360) -> subprocess.CompletedProcess[str]:
@@ -102,6 +121,20 @@ def eventually(what: str, probe: Callable[[], T | None], timeout: float,
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout:.0f} s (last error: {last})")
         time.sleep(interval)
+
+
+# Nodes without a kubelet of this machine's: kubemark's hollow nodes (test_hollow.py) and
+# the RBAC tests' Node objects (rbaclib.fake_node). Tests that pick nodes to fault, label
+# or reach never get these: other tests may have them on the cluster at the same time.
+RBAC_TEST_LABEL = "syncreplicas.io/rbac-test"
+NOT_REAL_NODES = (node.hollow.LABEL, RBAC_TEST_LABEL)
+
+
+def real_nodes() -> list[dict[str, Any]]:
+    """The cluster's nodes that a kubelet of `make cluster` runs, by name."""
+    found = kubectl_json("get", "nodes")["items"]
+    real = [n for n in found if not set(n["metadata"].get("labels", {})) & set(NOT_REAL_NODES)]
+    return sorted(real, key=lambda n: n["metadata"]["name"])
 
 
 def pods(namespace: str, selector: str) -> list[dict[str, Any]]:
@@ -147,9 +180,12 @@ def finished(namespace: str, name: str, timeout: float) -> dict[str, Any]:
 def leader_pod() -> str:
     """The operator pod holding the leader Lease ("" when none does): its identity there
     is ``<pod>_<suffix>``."""
-    found = kubectl("get", "lease", LEADER_LEASE, "-n", RELEASE_NAMESPACE, "-o",
-                    "jsonpath={.spec.holderIdentity}", check=False, timeout=10)  # fmt: skip
-    return found.stdout.strip().rsplit("_", 1)[0] if found.returncode == 0 else ""
+    try:
+        lease = kubectl_json("get", "lease", LEADER_LEASE, "-n", RELEASE_NAMESPACE)
+    except AssertionError:
+        return ""
+    holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
+    return holder.strip().rsplit("_", 1)[0]
 
 
 def operator_logs(tail: int = -1) -> str:

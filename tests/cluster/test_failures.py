@@ -54,7 +54,7 @@ def metrics(namespace: str, pod: str) -> str:
     """A replica's /metrics, through the API server's proxy (as a user without a
     port-forward would read it)."""
     path = f"/api/v1/namespaces/{namespace}/pods/{pod}:9090/proxy/metrics"
-    return kube.kubectl("get", "--raw", path, timeout=10).stdout
+    return kube.raw(path)
 
 
 def sample(text: str, name: str) -> float | None:

@@ -40,6 +40,8 @@ from tests.cluster.jobwatch import (
 )
 from tests.cluster.slowjob import UPDATES_FILE, lift_delay, manifest, shared_dir
 
+pytestmark = pytest.mark.exclusive  # it deletes, partitions and upgrades the operator
+
 JOB = "failover"
 LEADS_WITHIN = 20
 # At most about 15 steps/s while slowed (slowjob): 400 s or more, for about 150 s of faults.
@@ -79,7 +81,7 @@ def operator_writes(offset: int) -> list[tuple[float, float, str, str]]:
 
 def leader_gauge(pod: str) -> float | None:
     path = f"/api/v1/namespaces/{kube.RELEASE_NAMESPACE}/pods/{pod}:9090/proxy/metrics"
-    text = kube.kubectl("get", "--raw", path, check=False, timeout=10).stdout
+    text = kube.raw(path, check=False)
     for line in text.splitlines():
         if line.startswith("syncreplicas_operator_leader "):
             return float(line.split()[1])

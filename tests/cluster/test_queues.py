@@ -107,8 +107,8 @@ def queue_metric(namespace: str, name: str) -> float:
     total = 0.0
     labels = f'job_namespace="{namespace}",local_queue="lq"'
     for pod in kube.pods(kube.RELEASE_NAMESPACE, kube.OPERATOR_PODS):
-        text = kube.kubectl("get", "--raw", f"/api/v1/namespaces/{kube.RELEASE_NAMESPACE}/pods/"
-                            f"{pod['metadata']['name']}:9090/proxy/metrics").stdout  # fmt: skip
+        text = kube.raw(f"/api/v1/namespaces/{kube.RELEASE_NAMESPACE}/pods/"
+                        f"{pod['metadata']['name']}:9090/proxy/metrics")  # fmt: skip
         total += sum(float(v) for v in re.findall(
             rf"^{name}{{{labels}}} (\S+)$", text, re.MULTILINE))  # fmt: skip
     return total
@@ -120,8 +120,8 @@ def workloads(namespace: str) -> list[dict[str, Any]]:
 
 def chief_step(namespace: str, name: str) -> int | None:
     path = f"/api/v1/namespaces/{namespace}/pods/{name}-chief-0:9090/proxy/metrics"
-    done = kube.kubectl("get", "--raw", path, timeout=10, check=False)
-    value = sample(done.stdout, "syncreplicas_global_step") if done.returncode == 0 else None
+    text = kube.raw(path, check=False)
+    value = sample(text, "syncreplicas_global_step") if text else None
     return int(value) if value is not None else None
 
 
