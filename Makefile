@@ -15,12 +15,15 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 CLUSTER := hack/cluster
 RELEASE_NS := syncreplicas-system
 
-.PHONY: help venv tools prometheus chromium screenshots test test-fast lint demo bench crds chart clean \
+.PHONY: help venv tools prometheus chromium screenshots test test-fast test-local test-cluster lint demo bench crds chart clean \
 	cluster cluster-down cluster-binaries cluster-images
 
 help:
 	@echo "make demo   - run examples/digits.yaml locally and write demo-report/"
 	@echo "make test   - install everything, lint, and run the whole test suite"
+	@echo "make test-fast    - the pure code's tests (seconds)"
+	@echo "make test-local   - every test but the cluster's (no cluster needed)"
+	@echo "make test-cluster [TESTS=...] - the cluster's tests (or those named) on a running cluster"
 	@echo "make lint   - ruff, mypy --strict on the pure modules, import contracts"
 	@echo "make bench  - benchmarks (print tables; see bench/RESULTS.md)"
 	@echo "make crds   - generate the CRD (crds/ and the chart's copy) from the API types"
@@ -80,11 +83,22 @@ lint: venv
 # node-fault test gives the operator's follower a node and each of the job's roles one.
 # Work side by side where the two cores would otherwise wait: the cluster's binaries and
 # images (build-all.sh, after the host's packages: apt runs one at a time) build while the
-# venv is installed and linted; then two pytest runs at once, the cluster's tests (which
-# mostly wait on pods, nodes and leases) and the others (local TensorFlow processes, kmock,
-# the chart), niced, in the idle share; their output (reports/pytest-local.log) follows.
+# venv is installed and linted. Then the tests in two lanes at once:
+#   cluster  the tests that need the cluster alone (marked exclusive: node faults, the
+#            operator's hand-overs, a setting of every job), one at a time; then the others,
+#            which share it, CLUSTER_WORKERS at a time, each in namespaces of its own;
+#   local    everything else (local TensorFlow processes, kmock, the chart), niced, its
+#            output in reports/pytest-local.log, printed after the cluster's.
+# Each run writes JUnit XML under reports/; a sampler records the CPU of every process by
+# component (hack/suite/cpusample.py). The output ends with that table and the slowest
+# tests of each lane.
 TEST_NODES := 4
+CLUSTER_WORKERS ?= 3
 LOCAL_TESTS_LOG := reports/pytest-local.log
+PYTEST_LOCAL = $(PY) -m pytest tests --ignore=tests/cluster -p no:cacheprovider --tb=short
+PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider --tb=short
+SLOWEST := python3 hack/suite/slowest.py local=reports/junit-local.xml \
+	cluster=reports/junit-cluster-exclusive.xml cluster=reports/junit-cluster-shared.xml
 test:
 	@$(CLUSTER)/install-host.sh && $(MAKE) --no-print-directory prometheus chromium || exit 1; \
 	was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \
@@ -92,16 +106,44 @@ test:
 	$(MAKE) --no-print-directory venv tools lint; rc=$$?; \
 	wait $$built || rc=1; [ $$rc = 0 ] || exit $$rc; \
 	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 BUILT=1 || exit 1; \
-	mkdir -p reports; \
-	nice -n 5 $(PY) -m pytest tests --ignore=tests/cluster -p no:cacheprovider \
-		--durations=15 --tb=short >$(LOCAL_TESTS_LOG) 2>&1 & \
+	mkdir -p reports; rm -f reports/junit-*.xml; \
+	python3 hack/suite/cpusample.py start reports; \
+	nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
-	SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest tests/cluster --durations=25 --tb=short; rc=$$?; \
+	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml; \
+	rc=$$?; \
+	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' -n $(CLUSTER_WORKERS) --dist loadgroup \
+		--junitxml=reports/junit-cluster-shared.xml || rc=1; \
 	wait $$local || rc=1; \
 	echo; echo "--- the tests beside the cluster's ($(LOCAL_TESTS_LOG)) ---"; cat $(LOCAL_TESTS_LOG); \
 	if [ $$was_up = 0 ]; then \
 		python3 $(CLUSTER)/cluster.py down && python3 $(CLUSTER)/cluster.py leftovers || rc=1; \
-	fi; exit $$rc
+	fi; \
+	echo; python3 hack/suite/cpusample.py stop reports; $(SLOWEST); exit $$rc
+
+# A change checked in minutes, before the whole suite:
+#   make test-local                         everything but the cluster's tests (no cluster)
+#   make test-cluster TESTS=tests/cluster/test_job.py   chosen cluster tests, on the cluster
+#                                           of `make cluster KUEUE=1 MONITORING=1` (running)
+#   make test-cluster                       all of them, as make test runs them
+test-local: venv tools
+	@mkdir -p reports
+	$(PYTEST_LOCAL) --junitxml=reports/junit-local.xml; rc=$$?; \
+	python3 hack/suite/slowest.py local=reports/junit-local.xml; exit $$rc
+
+test-cluster: venv tools
+	@python3 $(CLUSTER)/cluster.py is-up || { echo "no cluster: make cluster KUEUE=1 MONITORING=1"; exit 1; }
+	@mkdir -p reports; rm -f reports/junit-cluster-*.xml; \
+	if [ -n "$(TESTS)" ]; then \
+		$(PYTEST_CLUSTER) $(TESTS) --junitxml=reports/junit-cluster-chosen.xml; rc=$$?; \
+		python3 hack/suite/slowest.py cluster=reports/junit-cluster-chosen.xml; exit $$rc; \
+	fi; \
+	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml; \
+	rc=$$?; \
+	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' -n $(CLUSTER_WORKERS) --dist loadgroup \
+		--junitxml=reports/junit-cluster-shared.xml || rc=1; \
+	python3 hack/suite/slowest.py cluster=reports/junit-cluster-exclusive.xml \
+		cluster=reports/junit-cluster-shared.xml; exit $$rc
 
 # Pure-code tests only: seconds, no processes.
 test-fast: venv

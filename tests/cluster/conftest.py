@@ -5,6 +5,15 @@ containerd, CoreDNS, kube-router; four nodes, Kueue and the Prometheus Operator 
 `make test` brings it up first and sets SYNCREPLICAS_REQUIRE_CLUSTER=1: then a missing
 cluster fails these tests. Elsewhere (a plain `pytest`) they are skipped with the command
 that brings the cluster up.
+
+Most of them share the cluster: each in a namespace of its own, several at once
+(`pytest -n 3 --dist loadgroup -m "not exclusive"`, as `make test` runs them), a file's
+tests in one worker (its module's fixtures are made once), the files that add and remove
+kubemark's hollow nodes in one worker, one after the other. Those marked
+`exclusive` fault nodes, hand the operator over or change what every job gets; they run
+one at a time with nothing else on the cluster (`-m exclusive`, no `-n`), and refuse to run
+in a run of several workers. The longest files are handed out first, so that no long one
+starts last.
 """
 
 from __future__ import annotations
@@ -17,10 +26,37 @@ import pytest
 
 from tests.cluster import kube
 
+# The longest files of the shared run (seconds, as measured under make test; the rest
+# follow in their own order). xdist hands out files in collection order.
+LONGEST_FIRST = ("test_dashboard_browser.py", "test_monitoring.py", "test_warm_restarts.py",
+                 "test_queues.py", "test_failures.py", "test_scale.py", "test_job.py",
+                 "test_network_policy.py", "test_scale_hollow.py", "test_rbac.py",
+                 "test_spares.py")  # fmt: skip
+
+
+# Files that must not run at once, though neither needs the cluster alone: one worker each.
+SAME_WORKER = {"test_hollow": "hollow-nodes", "test_scale_hollow": "hollow-nodes"}
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = os.path.dirname(__file__)
     ours = [item for item in items if str(item.fspath).startswith(here)]
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    alone = [item.nodeid for item in ours if item.get_closest_marker("exclusive")]
+    if alone and workers not in ("", "1"):
+        raise pytest.UsageError(
+            f"{len(alone)} tests need the cluster alone ({alone[0]}, ...): run them with "
+            "-m exclusive and without -n, the others with -m 'not exclusive'")
+
+    def rank(item: pytest.Item) -> int:
+        name = os.path.basename(str(item.fspath))
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    for item in ours:
+        name = os.path.basename(str(item.fspath)).removesuffix(".py")
+        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(name, name)))
+    mine = {id(item) for item in ours}
+    items.sort(key=lambda item: rank(item) if id(item) in mine else -1)
     if not ours or kube.is_up():
         return
     if os.environ.get("SYNCREPLICAS_REQUIRE_CLUSTER") == "1":

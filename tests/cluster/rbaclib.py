@@ -30,7 +30,7 @@ SA_NAMESPACE = "syncreplicas-rbac"
 AUDIT_LOG = kube.AUDIT_LOG
 SYNCREPLICAS = kube.REPO / ".venv" / "bin" / "syncreplicas"
 # Every object this module makes outside the tests' own namespaces carries it.
-TEST_LABEL = "syncreplicas.io/rbac-test"
+TEST_LABEL = kube.RBAC_TEST_LABEL
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 Grant = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)

@@ -5,7 +5,8 @@ of the chart's dashboard returns data from a real job in real pods, and the char
 fire when their cause is injected and resolve after.
 
 The cause: a worker of a job with `minReplicasToAggregate` < R is kept away (its pod
-deleted, its replacement unschedulable: the node is tainted). The job goes on at R-1 and
+deleted, its replacement unschedulable: the workers select a node label of the test's own,
+taken off every node meanwhile, which leaves other tests' pods alone). The job goes on at R-1 and
 is `Degraded` (condition and Event in `kubectl describe srj`), `SyncReplicasDegraded`
 fires; the worker comes back, R returns, the condition clears and the alert resolves.
 A second job, under `restartPolicy: ExitCode`, loses its chief three times (pod deleted;
@@ -58,7 +59,6 @@ PROMETHEUS_BIN = kube.node.CACHE / f"prometheus-{kube.node.VERSIONS['PROMETHEUS_
 PROMETHEUS_NAMESPACE, PROMETHEUS_POD = "monitoring", "prometheus-syncreplicas-0"
 QUICK = {"timing": "quick"}  # the label of the test's copies of the chart's alerts
 REPORT = kube.REPO / "reports" / "cluster-dashboard"
-TAINT = "syncreplicas.io/test=hold:NoSchedule"
 # Its panels have data only for jobs in a Kueue queue: their queries run against a real
 # Prometheus in tests/chart/test_chart_dashboard.py, their metrics on the cluster in
 # test_queues.py.
@@ -170,6 +170,13 @@ def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: Clus
                                                 quick_alerts: list[str], tmp_path: Path) -> None:
     manifest = job(workers=1, replicasToAggregate=2, minReplicasToAggregate=1)
     manifest["spec"]["training"].update({"maxSteps": 100000, "checkpointEverySteps": 100})
+    # The worker's pods go only where this label is: on every node until it is kept away.
+    hold = "syncreplicas.io/" + f"keep-{namespace}"[:63].rstrip("-")
+    worker = {"containers": manifest["spec"]["template"]["spec"]["containers"],
+              "nodeSelector": {hold: "yes"}}  # fmt: skip
+    manifest["spec"]["worker"] = {"template": {"spec": worker}}
+    nodes = [n["metadata"]["name"] for n in kube.real_nodes()]
+    kube.kubectl("label", "node", *nodes, f"{hold}=yes", "--overwrite")
     started = time.time()
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
     try:
@@ -179,7 +186,7 @@ def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: Clus
         _check_rules(prometheus, quick_alerts)
 
         # A worker kept away: its pod deleted, its replacement unschedulable on every node.
-        kube.kubectl("taint", "nodes", "--all", TAINT)
+        kube.kubectl("label", "node", *nodes, f"{hold}-")
         kube.kubectl("delete", "pod", f"{JOB}-worker-0", "-n", namespace)
         kube.eventually("the job is Degraded", lambda: degraded(namespace) == "True", 120)
         assert status(namespace).get("replicasToAggregate") == 1
@@ -190,7 +197,7 @@ def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: Clus
             prometheus, "SyncReplicasDegraded", namespace) == "firing", 120)  # fmt: skip
         assert pod(namespace, "worker-0")["status"]["phase"] == "Pending"
     finally:
-        kube.kubectl("taint", "nodes", "--all", "syncreplicas.io/test-", check=False)
+        kube.kubectl("label", "node", *nodes, f"{hold}=yes", "--overwrite", check=False)
     try:
         kube.eventually("R is back at 2 with the worker",
                         lambda: status(namespace).get("replicasToAggregate") == 2, 180)
@@ -204,6 +211,8 @@ def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: Clus
     except AssertionError as error:
         described = kube.describe(namespace, "srj", JOB)
         raise AssertionError(f"{error}\n{described}\n{prometheus.log()[-2000:]}") from error
+    finally:
+        kube.kubectl("label", "node", *nodes, f"{hold}-", check=False)
 
 
 def uid(namespace: str, replica: str) -> str:

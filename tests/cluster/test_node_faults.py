@@ -70,6 +70,8 @@ from tests.cluster.slowjob import (
     shared_dir,
 )
 
+pytestmark = pytest.mark.exclusive  # it crashes nodes, the acting operator among them
+
 JOB = "nodes"
 SELECTOR = f"syncreplicas.io/job-name={JOB}"
 PS_BACK_WITHIN = 60

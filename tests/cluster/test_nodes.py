@@ -22,7 +22,7 @@ IMAGE = "ghcr.io/syncreplicas/syncreplicas-runtime:0.1.0"
 
 
 def nodes() -> list[dict[str, Any]]:
-    return list(kube.kubectl_json("get", "nodes")["items"])
+    return kube.real_nodes()
 
 
 def pod(name: str, node: str, command: list[str], labels: dict[str, str] | None = None,
