@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import threading
 from typing import Any
 
 import kopf
@@ -18,7 +19,7 @@ from ..core import kueue, naming
 from ..core.kueue import ObservedWorkload, observe_workload
 from ..core.spares import ObservedSpare, observe_spare
 from ..core.status import ObservedPod, job_name_of, observe_pod
-from . import daemon, election
+from . import daemon, election, lateapi
 from . import settings as operator_settings
 
 JOBS = (naming.GROUP, naming.VERSION, naming.PLURAL)
@@ -54,12 +55,18 @@ def main(args: argparse.Namespace) -> int:
             if health is not None:
                 health.close()
     namespaces = list(args.namespace)
+    stopping = threading.Event()
+    if operator_settings.SETTINGS.kueue:
+        # Kueue installed after this start would stay unwatched (lateapi.py says why).
+        lateapi.stop_when_served(daemon.api(), kueue.API_VERSION, kueue.WORKLOAD_PLURAL,
+                                 stopping.set)  # fmt: skip
     try:
         kopf.run(
             standalone=True,
             clusterwide=not namespaces,
             namespaces=namespaces,
             liveness_endpoint=operator_settings.liveness_endpoint(args),
+            stop_flag=stopping,
         )
     finally:
         if elector is not None:

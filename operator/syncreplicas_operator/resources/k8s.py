@@ -244,13 +244,13 @@ class Api:
         )
         return status != 404
 
-    def serves(self, api_version: str, plural: str) -> bool:
+    def serves(self, api_version: str, plural: str, fresh: bool = False) -> bool:
         """Whether the API server serves ``plural`` in ``api_version`` (API discovery;
-        answers are kept for DISCOVERY_SECONDS). An error other than 404 raises ApiError:
-        an unreachable server is no proof that an API is missing."""
+        answers are kept for DISCOVERY_SECONDS unless ``fresh``). An error other than 404
+        raises ApiError: an unreachable server is no proof that an API is missing."""
         key = (api_version, plural)
         known = self._discovered.get(key)
-        if known is not None and time.monotonic() < known[1]:
+        if known is not None and time.monotonic() < known[1] and not fresh:
             return known[0]
         status, body = self._call("GET", f"/apis/{api_version}", ok=(404,))
         names = {str(r.get("name")) for r in (body or {}).get("resources") or []}
