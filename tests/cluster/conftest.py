@@ -41,13 +41,6 @@ SAME_WORKER = {"test_hollow": "hollow-nodes", "test_scale_hollow": "hollow-nodes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = os.path.dirname(__file__)
     ours = [item for item in items if str(item.fspath).startswith(here)]
-    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
-    alone = [item.nodeid for item in ours if item.get_closest_marker("exclusive")]
-    if alone and workers not in ("", "1"):
-        raise pytest.UsageError(
-            f"{len(alone)} tests need the cluster alone ({alone[0]}, ...): run them with "
-            "-m exclusive and without -n, the others with -m 'not exclusive'")
-
     def rank(item: pytest.Item) -> int:
         name = os.path.basename(str(item.fspath))
         return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
@@ -79,3 +72,10 @@ def namespace(cluster_up: None, request: pytest.FixtureRequest) -> Iterator[str]
     kube.kubectl("create", "namespace", name)
     yield name
     kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("exclusive") and os.environ.get(
+            "PYTEST_XDIST_WORKER_COUNT", "1") != "1":  # fmt: skip
+        pytest.fail("this test needs the cluster alone: run it with -m exclusive and without "
+                    "-n (the others: -m 'not exclusive' -n N)", pytrace=False)
