@@ -84,21 +84,25 @@ lint: venv
 # Work side by side where the two cores would otherwise wait: the cluster's binaries and
 # images (build-all.sh, after the host's packages: apt runs one at a time) build while the
 # venv is installed and linted. Then the tests in two lanes at once:
-#   cluster  the tests that need the cluster alone (marked exclusive: node faults, the
-#            operator's hand-overs, a setting of every job), one at a time; then the others,
-#            which share it, CLUSTER_WORKERS at a time, each in namespaces of its own;
+#   cluster  the tests that share the cluster, CLUSTER_WORKERS at a time (pytest-xdist;
+#            1: one after another, no xdist), each in namespaces of its own; then those
+#            that need it alone (marked exclusive: node faults, the operator's hand-overs, a
+#            setting of every job), one at a time, when the machine is least loaded;
 #   local    everything else (local TensorFlow processes, kmock, the chart), niced, its
 #            output in reports/pytest-local.log, printed after the cluster's.
 # Each run writes JUnit XML under reports/; a sampler records the CPU of every process by
 # component (hack/suite/cpusample.py). The output ends with that table and the slowest
 # tests of each lane.
 TEST_NODES := 4
-CLUSTER_WORKERS ?= 3
+# The machine's two cores are busy with TensorFlow (the jobs' pods and the local lane:
+# CONTRIBUTING.md): more workers than 1 only overlap waits that the other lane fills.
+CLUSTER_WORKERS ?= 1
+CLUSTER_SHARED = $(if $(filter-out 1,$(CLUSTER_WORKERS)),-n $(CLUSTER_WORKERS) --dist loadgroup)
 LOCAL_TESTS_LOG := reports/pytest-local.log
 PYTEST_LOCAL = $(PY) -m pytest tests --ignore=tests/cluster -p no:cacheprovider --tb=short
 PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider --tb=short
 SLOWEST := python3 hack/suite/slowest.py local=reports/junit-local.xml \
-	cluster=reports/junit-cluster-exclusive.xml cluster=reports/junit-cluster-shared.xml
+	cluster=reports/junit-cluster-shared.xml cluster=reports/junit-cluster-exclusive.xml
 test:
 	@$(CLUSTER)/install-host.sh && $(MAKE) --no-print-directory prometheus chromium || exit 1; \
 	was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \
@@ -110,10 +114,10 @@ test:
 	python3 hack/suite/cpusample.py start reports; \
 	nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
-	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml; \
-	rc=$$?; \
-	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' -n $(CLUSTER_WORKERS) --dist loadgroup \
-		--junitxml=reports/junit-cluster-shared.xml || rc=1; \
+	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
+		--junitxml=reports/junit-cluster-shared.xml; rc=$$?; \
+	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml \
+		|| rc=1; \
 	wait $$local || rc=1; \
 	echo; echo "--- the tests beside the cluster's ($(LOCAL_TESTS_LOG)) ---"; cat $(LOCAL_TESTS_LOG); \
 	if [ $$was_up = 0 ]; then \
@@ -138,12 +142,12 @@ test-cluster: venv tools
 		$(PYTEST_CLUSTER) $(TESTS) --junitxml=reports/junit-cluster-chosen.xml; rc=$$?; \
 		python3 hack/suite/slowest.py cluster=reports/junit-cluster-chosen.xml; exit $$rc; \
 	fi; \
-	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml; \
-	rc=$$?; \
-	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' -n $(CLUSTER_WORKERS) --dist loadgroup \
-		--junitxml=reports/junit-cluster-shared.xml || rc=1; \
-	python3 hack/suite/slowest.py cluster=reports/junit-cluster-exclusive.xml \
-		cluster=reports/junit-cluster-shared.xml; exit $$rc
+	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
+		--junitxml=reports/junit-cluster-shared.xml; rc=$$?; \
+	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml \
+		|| rc=1; \
+	python3 hack/suite/slowest.py cluster=reports/junit-cluster-shared.xml \
+		cluster=reports/junit-cluster-exclusive.xml; exit $$rc
 
 # Pure-code tests only: seconds, no processes.
 test-fast: venv

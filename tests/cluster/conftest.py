@@ -12,8 +12,8 @@ tests in one worker (its module's fixtures are made once), the files that add an
 kubemark's hollow nodes in one worker, one after the other. Those marked
 `exclusive` fault nodes, hand the operator over or change what every job gets; they run
 one at a time with nothing else on the cluster (`-m exclusive`, no `-n`), and refuse to run
-in a run of several workers. The longest files are handed out first, so that no long one
-starts last.
+in a run of several workers. With several workers the longest files are handed out
+first, so that no long one starts last.
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in ours:
         name = os.path.basename(str(item.fspath)).removesuffix(".py")
         item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(name, name)))
-    mine = {id(item) for item in ours}
-    items.sort(key=lambda item: rank(item) if id(item) in mine else -1)
+    if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1":
+        mine = {id(item) for item in ours}
+        items.sort(key=lambda item: rank(item) if id(item) in mine else -1)
     if not ours or kube.is_up():
         return
     if os.environ.get("SYNCREPLICAS_REQUIRE_CLUSTER") == "1":

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from ..resources import k8s
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("syncreplicas.operator")
 
 # How often discovery is asked while the API is missing.
 POLL_SECONDS = 10.0
