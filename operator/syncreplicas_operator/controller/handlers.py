@@ -9,8 +9,8 @@ list call; kopf fills them before handlers run. One daemon per SyncReplicasJob r
 from __future__ import annotations
 
 import argparse
+import os
 import signal
-import threading
 from typing import Any
 
 import kopf
@@ -55,18 +55,18 @@ def main(args: argparse.Namespace) -> int:
             if health is not None:
                 health.close()
     namespaces = list(args.namespace)
-    stopping = threading.Event()
     if operator_settings.SETTINGS.kueue:
-        # Kueue installed after this start would stay unwatched (lateapi.py says why).
+        # Kueue installed after this start would stay unwatched (lateapi.py says why). The
+        # stop is a SIGTERM to this process: kopf's own graceful stop. (A stop_flag would
+        # leave kopf's loop waiting at its end on a thread blocked on the flag.)
         lateapi.stop_when_served(daemon.api(), kueue.API_VERSION, kueue.WORKLOAD_PLURAL,
-                                 stopping.set)  # fmt: skip
+                                 lambda: os.kill(os.getpid(), signal.SIGTERM))  # fmt: skip
     try:
         kopf.run(
             standalone=True,
             clusterwide=not namespaces,
             namespaces=namespaces,
             liveness_endpoint=operator_settings.liveness_endpoint(args),
-            stop_flag=stopping,
         )
     finally:
         if elector is not None:
