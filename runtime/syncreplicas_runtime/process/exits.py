@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..foundation import exitcodes
+from .. import exitcodes
 
 
 class Exit(Exception):

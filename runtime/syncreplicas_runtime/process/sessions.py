@@ -8,7 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from ..foundation.config import ClusterConfig
+from ..cluster import ClusterConfig
 
 v1 = tf.compat.v1
 

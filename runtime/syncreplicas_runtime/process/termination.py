@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import NoReturn
 
-from ..foundation.exitcodes import (
+from ..exitcodes import (
     DEFAULT_TERMINATION_LOG,
     OK,
     TERMINATION_LOG_ENV,
