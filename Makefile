@@ -99,8 +99,17 @@ TEST_NODES := 4
 CLUSTER_WORKERS ?= 1
 CLUSTER_SHARED = $(if $(filter-out 1,$(CLUSTER_WORKERS)),-n $(CLUSTER_WORKERS) --dist loadgroup)
 LOCAL_TESTS_LOG := reports/pytest-local.log
-PYTEST_LOCAL = $(PY) -m pytest tests --ignore=tests/cluster -p no:cacheprovider --tb=short
+# The local lane's replicas are forked from one warm-start server per session (TensorFlow
+# imported once, not by every replica process: tests/support/tfcluster.py).
+PYTEST_LOCAL = env SYNCREPLICAS_WARM_START=1 $(PY) -m pytest tests --ignore=tests/cluster \
+	-p no:cacheprovider --tb=short
 PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider --tb=short
+# The cluster's tests as both targets run them: the shared ones, then the exclusive ones
+# (the shell's rc: 0 when both passed).
+CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
+		--junitxml=reports/junit-cluster-shared.xml; rc=$$?; \
+	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml \
+		|| rc=1
 SLOWEST := python3 hack/suite/slowest.py local=reports/junit-local.xml \
 	cluster=reports/junit-cluster-shared.xml cluster=reports/junit-cluster-exclusive.xml
 test:
@@ -114,10 +123,7 @@ test:
 	python3 hack/suite/cpusample.py start reports; \
 	nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
-	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
-		--junitxml=reports/junit-cluster-shared.xml; rc=$$?; \
-	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml \
-		|| rc=1; \
+	$(CLUSTER_TESTS); \
 	wait $$local || rc=1; \
 	echo; echo "--- the tests beside the cluster's ($(LOCAL_TESTS_LOG)) ---"; cat $(LOCAL_TESTS_LOG); \
 	if [ $$was_up = 0 ]; then \
@@ -142,10 +148,7 @@ test-cluster: venv tools
 		$(PYTEST_CLUSTER) $(TESTS) --junitxml=reports/junit-cluster-chosen.xml; rc=$$?; \
 		python3 hack/suite/slowest.py cluster=reports/junit-cluster-chosen.xml; exit $$rc; \
 	fi; \
-	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
-		--junitxml=reports/junit-cluster-shared.xml; rc=$$?; \
-	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml \
-		|| rc=1; \
+	$(CLUSTER_TESTS); \
 	python3 hack/suite/slowest.py cluster=reports/junit-cluster-shared.xml \
 		cluster=reports/junit-cluster-exclusive.xml; exit $$rc
 

@@ -73,6 +73,9 @@ class Client:
     """HTTPS to the API server as the kubeconfig's user (client certificate), pooled."""
 
     def __init__(self, kubeconfig: Path) -> None:
+        # The kubeconfig's modification time: `make cluster` writes a new one with new
+        # certificates when it makes the cluster again.
+        self.stamp = kubeconfig.stat().st_mtime_ns
         config = yaml.safe_load(kubeconfig.read_text())
         context = {c["name"]: c["context"] for c in config["contexts"]}[config["current-context"]]
         cluster = {c["name"]: c["cluster"] for c in config["clusters"]}[context["cluster"]]
@@ -106,9 +109,8 @@ def client(kubeconfig: Path) -> Client:
     stamp = kubeconfig.stat().st_mtime_ns
     with _lock:
         found = _clients.get(key)
-        if found is None or getattr(found, "stamp", None) != stamp:
+        if found is None or found.stamp != stamp:
             found = Client(kubeconfig)
-            found.stamp = stamp  # type: ignore[attr-defined]
             _clients[key] = found
     return found
 
