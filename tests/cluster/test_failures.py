@@ -20,26 +20,29 @@ import pytest
 import yaml
 
 from tests.cluster import kube
-from tests.cluster.slowjob import delayed, lift_delay, shared_dir
+from tests.cluster.slowjob import DELAY_MS, delayed, lift_delay, shared_dir
 
 JOB = "faults"
 SELECTOR = f"syncreplicas.io/job-name={JOB}"
 SNAPSHOT_EVERY = 10
+# At slowjob's pace (about 8 steps/s), 6 minutes at least of training for the faults to
+# land in; after the delay is lifted the rest runs at full speed (30 ms of CPU a step).
+MAX_STEPS = 3000
 
 
 def job(shared: Path | None = None, **spec: Any) -> dict[str, Any]:
-    """The linear example, slowed to about 40 steps/s (a step delay in every replica) so
-    that faults land while it trains; with ``shared``, the delay is read from a file there
-    (slowjob), and lifting it ends the job at once."""
+    """The linear example, slowed to about 8 steps/s (slowjob's step delay in every replica)
+    so that faults land while it trains; with ``shared``, the delay is read from a file
+    there (slowjob), and lifting it ends the job soon."""
     manifest = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
     manifest["metadata"]["name"] = JOB
     manifest["spec"].update({"workers": 2, "replicasToAggregate": 2, "parameterServers": 1})
     manifest["spec"]["training"].update(
-        {"maxSteps": 5000, "checkpointEverySteps": 500, "snapshotEverySteps": SNAPSHOT_EVERY,
+        {"maxSteps": MAX_STEPS, "checkpointEverySteps": 500, "snapshotEverySteps": SNAPSHOT_EVERY,
          "logEverySteps": 500, "evalEverySteps": 0}
     )
     manifest["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 6}
-    delay = {"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": "25"}
+    delay = {"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": str(DELAY_MS)}
     container: dict[str, Any] = {"name": "syncreplicas", "env": [delay]}
     template: dict[str, Any] = {"containers": [container]}
     if shared is not None:
@@ -107,7 +110,7 @@ def advancing(namespace: str, pod_name: str, seconds: float = 3.0) -> bool:
 @pytest.mark.timeout(1200)
 def test_a_job_survives_a_killed_worker_a_deleted_chief_and_ps(
         namespace: str, tmp_path: Path) -> None:  # fmt: skip
-    shared = shared_dir(tmp_path, delay_ms=25)
+    shared = shared_dir(tmp_path)
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job(shared)))
     figures: dict[str, str] = {}
     try:
@@ -158,7 +161,7 @@ def test_a_job_survives_a_killed_worker_a_deleted_chief_and_ps(
         kube.kubectl("wait", "-n", namespace, f"srj/{JOB}", "--for=condition=Succeeded",
                      "--timeout=600s", timeout=620)  # fmt: skip
         final = status(namespace)
-        assert final["globalStep"] >= 5000
+        assert final["globalStep"] >= MAX_STEPS
         # cleanPodPolicy Running: a PS still serving is deleted; one that already ended on
         # the chief's "done" (phase Succeeded) may stay, as Kubernetes Jobs leave theirs.
         kube.eventually("no PS pod runs after success", lambda: not [

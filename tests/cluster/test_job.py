@@ -27,27 +27,38 @@ LABEL = "syncreplicas.io/job-name"
 REPLICAS = ("ps-0", "chief-0", "worker-0")
 
 
-def linear_job(max_steps: int = 200) -> dict[str, Any]:
-    """examples/linear.yaml made smaller: one PS, a chief and one worker (R=2)."""
+def linear_job(max_steps: int = 200, delay_ms: int = 0) -> dict[str, Any]:
+    """examples/linear.yaml made smaller: one PS, a chief and one worker (R=2); with
+    ``delay_ms``, every replica sleeps that long before each step (a job that only has to
+    be running trains slowly, and leaves the machine's cores to the others)."""
     job = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
     job["spec"].update({"workers": 1, "replicasToAggregate": 2, "parameterServers": 1})
     job["spec"]["training"].update(
         {"maxSteps": max_steps, "checkpointEverySteps": 50, "logEverySteps": 50,
          "evalEverySteps": 100}
     )
+    if delay_ms:
+        job["spec"]["template"] = {"spec": {"containers": [
+            {"name": "syncreplicas", "env": [step_delay(delay_ms)]}]}}  # fmt: skip
     return dict(job)
 
 
-def users_job(namespace: str, max_steps: int) -> dict[str, Any]:
+def step_delay(ms: int) -> dict[str, str]:
+    """The container variable that makes the runtime sleep ``ms`` before each step."""
+    return {"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": str(ms)}
+
+
+def users_job(namespace: str, max_steps: int, delay_ms: int = 0) -> dict[str, Any]:
     """A job as a user coming from TFJob writes it: the main container named `tensorflow`
     with the model's code from a ConfigMap on PYTHONPATH, and the chief's checkpoints on a
-    PersistentVolumeClaim (README, "Pod templates")."""
+    PersistentVolumeClaim (README, "Pod templates"); ``delay_ms`` as for linear_job."""
     job = linear_job(max_steps)
     job["spec"]["model"] = {"entrypoint": "user_model:build"}
     job["spec"]["template"] = {"spec": {
         "containers": [{
             "name": "tensorflow",
-            "env": [{"name": "PYTHONPATH", "value": "/opt/model"}],
+            "env": [{"name": "PYTHONPATH", "value": "/opt/model"},
+                    *([step_delay(delay_ms)] if delay_ms else [])],
             "volumeMounts": [{"name": "model", "mountPath": "/opt/model", "readOnly": True}],
         }],
         "volumes": [{"name": "model", "configMap": {"name": "user-model"}}],
@@ -107,7 +118,9 @@ def srj(namespace: str, name: str = JOB_NAME) -> dict[str, Any]:
 def test_a_users_job_trains_to_max_steps_in_real_pods(namespace: str) -> None:
     volume = provide_storage(namespace)
     try:
-        apply(namespace, users_job(namespace, max_steps=3000))
+        # Slow enough steps that it still trains while the test looks into its pods (600
+        # steps at 50 ms: at least 30 s), few enough that it costs little CPU.
+        apply(namespace, users_job(namespace, max_steps=600, delay_ms=50))
         _watch_training(namespace, volume)
     except AssertionError as error:
         raise AssertionError(f"{error}\n{kube.describe(namespace, 'srj', JOB_NAME)}") from error
@@ -195,7 +208,7 @@ def _watch_training(namespace: str, volume: Path) -> None:
 
 @pytest.mark.timeout(600)
 def test_deleting_a_job_removes_every_child_through_owner_references(namespace: str) -> None:
-    apply(namespace, linear_job(max_steps=100000))
+    apply(namespace, linear_job(max_steps=100000, delay_ms=200))
     selector = f"{LABEL}={JOB_NAME}"
     kube.eventually("the job's processes run on the node",
                     lambda: len(kube.runtime_processes(namespace)) == len(REPLICAS), 120)

@@ -125,7 +125,7 @@ def guarded(cluster_up: None, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """A training job and two probing pods that are not the job's."""
     stamp = f"{int(time.time()) % 100000}"
     namespace, other = f"np-job-{stamp}", f"np-other-{stamp}"
-    shared = shared_dir(tmp_path_factory.mktemp("np"), delay_ms=50)
+    shared = shared_dir(tmp_path_factory.mktemp("np"))
     for name in (namespace, other):
         kube.kubectl("create", "namespace", name)
     try:

@@ -26,7 +26,7 @@ from tests.cluster import kube
 from tests.cluster.slowjob import lift_delay, shared_dir
 from tests.cluster.test_failures import JOB, advancing, job, metrics, sample, status, step_of
 
-MAX_STEPS = 4000
+MAX_STEPS = 3000
 
 
 def elastic_job(shared: Path) -> dict[str, Any]:
@@ -80,8 +80,8 @@ def namespace_user(namespace: str, name: str, role: str) -> None:
 
 @pytest.mark.timeout(1200)
 def test_kubectl_scale_up_and_down_while_training(namespace: str, tmp_path: Path) -> None:
-    # Slowed (25 ms a step) while it is resized; the delay lifted afterwards.
-    shared = shared_dir(tmp_path, delay_ms=25)
+    # Slowed (slowjob's pace) while it is resized; the delay lifted afterwards.
+    shared = shared_dir(tmp_path)
     kube.kubectl("apply", "-n", namespace, "-f", "-",
                  input=yaml.safe_dump(elastic_job(shared)))  # fmt: skip
     try:

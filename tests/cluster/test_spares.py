@@ -128,7 +128,7 @@ def test_a_spare_takes_over_a_deleted_ps_and_the_weights_equal_sgd(
     model = tmp_path / "same_batch.py"
     model.write_text(MODEL)
     kube.kubectl("create", "configmap", "same-batch", "-n", namespace, f"--from-file={model}")
-    shared = shared_dir(tmp_path, delay_ms=25)
+    shared = shared_dir(tmp_path)
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(spare_job(shared)))
     figures: dict[str, str] = {}
     try:

@@ -61,7 +61,7 @@ def warm_entry(namespace: str, replica: str) -> dict[str, Any] | None:
 @pytest.mark.timeout(900)
 def test_replicas_killed_in_their_containers_come_back_warm(namespace: str,
                                                            tmp_path: Path) -> None:  # fmt: skip
-    shared = shared_dir(tmp_path, delay_ms=25)
+    shared = shared_dir(tmp_path)
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job(shared)))
     figures: dict[str, str] = {}
     try:
