@@ -87,16 +87,18 @@ lint: venv
 #   cluster  the tests that share the cluster, CLUSTER_WORKERS at a time (pytest-xdist;
 #            1: one after another, no xdist), each in namespaces of its own; then those
 #            that need it alone (marked exclusive: node faults, the operator's hand-overs, a
-#            setting of every job), one at a time, when the machine is least loaded;
+#            setting of every job, the RBAC run's forty operators), one at a time, when the
+#            machine is least loaded;
 #   local    everything else (local TensorFlow processes, kmock, the chart), niced, its
 #            output in reports/pytest-local.log, printed after the cluster's.
 # Each run writes JUnit XML under reports/; a sampler records the CPU of every process by
 # component (hack/suite/cpusample.py). The output ends with that table and the slowest
 # tests of each lane.
 TEST_NODES := 4
-# The machine's two cores are busy with TensorFlow (the jobs' pods and the local lane:
-# CONTRIBUTING.md): more workers than 1 only overlap waits that the other lane fills.
-CLUSTER_WORKERS ?= 1
+# Two: the shared cluster tests mostly wait (on pods, nodes, Prometheus), and with the jobs
+# paced and the local lane's TensorFlow imported once the cores have room for a second
+# stream of them (CONTRIBUTING.md). 1 runs them one after another, without xdist.
+CLUSTER_WORKERS ?= 2
 CLUSTER_SHARED = $(if $(filter-out 1,$(CLUSTER_WORKERS)),-n $(CLUSTER_WORKERS) --dist loadgroup)
 LOCAL_TESTS_LOG := reports/pytest-local.log
 # The local lane's replicas are forked from one warm-start server per session (TensorFlow

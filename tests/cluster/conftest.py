@@ -7,13 +7,13 @@ cluster fails these tests. Elsewhere (a plain `pytest`) they are skipped with th
 that brings the cluster up.
 
 Most of them share the cluster: each in a namespace of its own, several at once
-(`pytest -n 3 --dist loadgroup -m "not exclusive"`, as `make test` runs them), a file's
+(`pytest -n 2 --dist loadgroup -m "not exclusive"`, as `make test` runs them), a file's
 tests in one worker (its module's fixtures are made once), the files that add and remove
 kubemark's hollow nodes in one worker, one after the other. Those marked
-`exclusive` fault nodes, hand the operator over or change what every job gets; they run
-one at a time with nothing else on the cluster (`-m exclusive`, no `-n`), and refuse to run
-in a run of several workers. With several workers the longest files are handed out
-first, so that no long one starts last.
+`exclusive` fault nodes, hand the operator over, change what every job gets or start
+the RBAC run's forty operators; they run one at a time with nothing else on the cluster
+(`-m exclusive`, no `-n`), and refuse to run in a run of several workers. With several
+workers the longest files are handed out first, so that no long one starts last.
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ import pytest
 
 from tests.cluster import kube
 
-# The longest files of the shared run (seconds, as measured under make test; the rest
-# follow in their own order). xdist hands out files in collection order.
-LONGEST_FIRST = ("test_dashboard_browser.py", "test_monitoring.py", "test_warm_restarts.py",
-                 "test_queues.py", "test_failures.py", "test_scale.py", "test_job.py",
-                 "test_network_policy.py", "test_scale_hollow.py", "test_rbac.py",
-                 "test_spares.py")  # fmt: skip
+# The longest files of the shared run, longest first (as measured under make test with two
+# workers, 2026-11-28; the rest follow in their own order). xdist hands out files in
+# collection order.
+LONGEST_FIRST = ("test_dashboard_browser.py", "test_monitoring.py", "test_scale.py",
+                 "test_queues.py", "test_network_policy.py", "test_failures.py",
+                 "test_warm_restarts.py", "test_scale_hollow.py", "test_spares.py",
+                 "test_job.py", "test_pod_security.py", "test_fuzzed_manifests.py")  # fmt: skip
 
 
 # Files that must not run at once, though neither needs the cluster alone: one worker each.

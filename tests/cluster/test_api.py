@@ -12,6 +12,7 @@ allowed or refused alike. The unit table is the spec; this is its proof on the r
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -48,8 +49,9 @@ def test_the_api_server_established_the_crd_with_its_printer_columns(cluster_up:
 
 @pytest.fixture(scope="module")
 def api_namespace(cluster_up: None) -> Any:
-    name = "t-api-table"
-    kube.kubectl("delete", "namespace", name, "--ignore-not-found", "--timeout=60s", timeout=90)
+    # A name of its own each time: when the fixture is made again in a run (pytest-xdist may
+    # run another file's test in between), the one before may still be terminating.
+    name = f"t-api-table-{uuid.uuid4().hex[:5]}"
     kube.kubectl("create", "namespace", name)
     yield name
     kube.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -41,11 +41,17 @@ from tests.cluster.rbacrun import (
     created,
 )
 
+# An operator per grant of the chart (some forty) starts at once on this host, beside
+# PodGroup CRDs made for the run and an admission policy that keeps the chart's operator
+# out of their namespaces: with the cluster to itself. (Beside another pytest worker's
+# tests, 2026-11-28, the gang-scheduled cases events/create and pods/create failed their
+# jobs with GangSchedulerMissing: their operators found no PodGroup API served yet.)
+pytestmark = pytest.mark.exclusive
+
 # --- what each case shows -------------------------------------------------------------------
 
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 KINDS = {"pod": "Pod", "service": "Service", "networkpolicy": "NetworkPolicy"}
-
 
 @dataclass(frozen=True)
 class Outcome:
