@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -17,7 +18,14 @@ if TYPE_CHECKING:
     from .process.metrics import RuntimeMetrics
 
 
+def stacks_on_sigusr1() -> None:
+    """`kill -USR1` prints every thread's Python stack to stderr (the pod's log): where a
+    process that makes no progress waits."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def main() -> int:
+    stacks_on_sigusr1()  # also here: a warm start's child runs main() alone
     from . import exitcodes
     from .cluster import STEP_DELAY_ENV, ConfigError, parse_config
     from .process.exits import Exit
@@ -163,6 +171,7 @@ def entry_point() -> int:
     operator's SYNCREPLICAS_WARM_RESTARTS) the process that forks it (inplace.py); on a
     spare pod (SYNCREPLICAS_SPARE_TOKEN), first a spare until handed a replica's
     environment (sparemode.py)."""
+    stacks_on_sigusr1()
     from . import exitcodes, spare
     from .restarting import RuleError, parse_rule
 

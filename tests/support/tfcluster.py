@@ -215,8 +215,25 @@ class LocalCluster:
     def __enter__(self) -> LocalCluster:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *exc: object) -> None:
+        if kind is not None:
+            self.print_stacks()
         self.stop()
+
+    def print_stacks(self) -> None:
+        """Every running replica's Python stacks (SIGUSR1: the runtime's faulthandler), printed
+        where pytest shows a failed test's output: where each one waited."""
+        running = [r for r in self.replicas if r.popen is not None and r.popen.poll() is None]
+        sizes = {r.key: r.log_path.stat().st_size if r.log_path.exists() else 0 for r in running}
+        for r in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(r.popen.pid, signal.SIGUSR1)
+        time.sleep(1.0)
+        for r in running:
+            with open(r.log_path, "rb") as log:
+                log.seek(sizes[r.key])
+                print(f"===== {r.role}-{r.index}: stacks at the failure\n"
+                      f"{log.read().decode(errors='replace')[-6000:]}")
 
     # -- observation ------------------------------------------------------------
     def metrics_text(self, role: str, index: int = 0, timeout: float = 2.0) -> str:
