@@ -40,18 +40,12 @@ SETTLE, WINDOW = 5.0, 30.0
 def job_cpu_seconds(namespace: str) -> float:
     """CPU seconds so far of every runtime process of ``namespace``'s pods."""
     total = 0.0
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    for pid in kube.all_runtime_processes(namespace):
         try:
-            if b"syncreplicas_runtime" not in (proc / "cmdline").read_bytes():
-                continue
-            if namespace.encode() not in (proc / "environ").read_bytes():
-                continue
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / TICKS
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
-            continue
+            continue  # gone meanwhile
+        total += (int(fields[11]) + int(fields[12])) / TICKS
     return total
 
 

@@ -216,10 +216,9 @@ def operator_refusals() -> list[str]:
             if "403" in line and 'User "system:serviceaccount:' in line and " cannot " in line]
 
 
-def runtime_processes(namespace: str) -> list[int]:
-    """Each container's first runtime process on the machine that belongs to ``namespace``
-    (its name is in their TF_CONFIG): one per running replica (a warm-restarting
-    container's replica is a child of that process, not counted again)."""
+def all_runtime_processes(namespace: str) -> list[int]:
+    """Every runtime process on the machine that belongs to ``namespace`` (its name is in
+    their TF_CONFIG), a warm-restarting container's replicas beside their first process."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -231,6 +230,14 @@ def runtime_processes(namespace: str) -> list[int]:
                 found.append(int(proc.name))
         except OSError:
             continue
+    return found
+
+
+def runtime_processes(namespace: str) -> list[int]:
+    """Each container's first runtime process on the machine that belongs to ``namespace``:
+    one per running replica (a warm-restarting container's replica is a child of that
+    process, not counted again)."""
+    found = all_runtime_processes(namespace)
     tops = []
     for pid in found:
         try:
