@@ -22,9 +22,8 @@ SNAPSHOT_EVERY = 10
 # The step delay caps the rate at about 15 updates/s (each of 3 gradient replicas sleeps 100
 # ms before a step, R = 2), so 12000 steps take 13 minutes however fast the machine. It is
 # also the pace of every job that only has to be training while a test acts on it: a job
-# of 1 PS, a chief and 2 workers takes 0.37 of a core at 100 ms (8.6 steps/s), 0.87 at 25 ms
-# and 1.75, the whole machine, at none (about 30 ms of CPU a step; measured on the
-# cluster of `make cluster`, 2026-11-28).
+# of 1 PS, a chief and 2 workers takes 0.44 of a core at 100 ms (8.1 steps/s), 0.93 at 25 ms
+# and 1.50 (up to 1.78, the whole machine) at none (bench/jobpace.py, CONTRIBUTING.md).
 DELAY_MS = 100
 MAX_STEPS = 12000
 
