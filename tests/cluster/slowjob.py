@@ -25,6 +25,7 @@ SNAPSHOT_EVERY = 10
 # of 1 PS, a chief and 2 workers takes 0.44 of a core at 100 ms (8.1 steps/s), 0.93 at 25 ms
 # and 1.50 (up to 1.78, the whole machine) at none (bench/jobpace.py, CONTRIBUTING.md).
 DELAY_MS = 100
+STEP_DELAY_ENV = "SYNCREPLICAS_DEBUG_STEP_DELAY_MS"
 MAX_STEPS = 12000
 
 
@@ -38,10 +39,21 @@ def shared_dir(tmp_path: Path, delay_ms: int = DELAY_MS) -> Path:
     return shared
 
 
+def step_delay(value: int | str) -> dict[str, str]:
+    """The container variable that makes the runtime sleep before each step: ``value`` ms,
+    or as many as the file ``@PATH`` says at each step."""
+    return {"name": STEP_DELAY_ENV, "value": str(value)}
+
+
+def paced_template(ms: int) -> dict[str, Any]:
+    """A job's pod template whose runtime container sleeps ``ms`` before each step."""
+    return {"spec": {"containers": [{"name": "syncreplicas", "env": [step_delay(ms)]}]}}
+
+
 def delayed(container: dict[str, Any], shared: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """``container`` reading its step delay from the shared directory, and the volume."""
-    env = [e for e in container.get("env", []) if e["name"] != "SYNCREPLICAS_DEBUG_STEP_DELAY_MS"]
-    env.append({"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": f"@{SHARED}/{DELAY_FILE}"})
+    env = [e for e in container.get("env", []) if e["name"] != STEP_DELAY_ENV]
+    env.append(step_delay(f"@{SHARED}/{DELAY_FILE}"))
     mounts = [*container.get("volumeMounts", []), {"name": "shared", "mountPath": SHARED}]
     volume = {"name": "shared", "hostPath": {"path": str(shared), "type": "Directory"}}
     return {**container, "env": env, "volumeMounts": mounts}, volume

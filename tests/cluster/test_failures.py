@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.cluster import kube
-from tests.cluster.slowjob import DELAY_MS, delayed, lift_delay, shared_dir
+from tests.cluster.slowjob import DELAY_MS, delayed, lift_delay, shared_dir, step_delay
 
 JOB = "faults"
 SELECTOR = f"syncreplicas.io/job-name={JOB}"
@@ -42,8 +42,7 @@ def job(shared: Path | None = None, **spec: Any) -> dict[str, Any]:
          "logEverySteps": 500, "evalEverySteps": 0}
     )
     manifest["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 6}
-    delay = {"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": str(DELAY_MS)}
-    container: dict[str, Any] = {"name": "syncreplicas", "env": [delay]}
+    container: dict[str, Any] = {"name": "syncreplicas", "env": [step_delay(DELAY_MS)]}
     template: dict[str, Any] = {"containers": [container]}
     if shared is not None:
         container, volume = delayed(container, shared)

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.cluster import kube
+from tests.cluster.slowjob import paced_template, step_delay
 
 JOB_NAME = "linear"
 LABEL = "syncreplicas.io/job-name"
@@ -38,14 +39,8 @@ def linear_job(max_steps: int = 200, delay_ms: int = 0) -> dict[str, Any]:
          "evalEverySteps": 100}
     )
     if delay_ms:
-        job["spec"]["template"] = {"spec": {"containers": [
-            {"name": "syncreplicas", "env": [step_delay(delay_ms)]}]}}  # fmt: skip
+        job["spec"]["template"] = paced_template(delay_ms)
     return dict(job)
-
-
-def step_delay(ms: int) -> dict[str, str]:
-    """The container variable that makes the runtime sleep ``ms`` before each step."""
-    return {"name": "SYNCREPLICAS_DEBUG_STEP_DELAY_MS", "value": str(ms)}
 
 
 def users_job(namespace: str, max_steps: int, delay_ms: int = 0) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.cluster import kube
-from tests.cluster.test_job import step_delay
+from tests.cluster.slowjob import paced_template
 from tests.cluster.test_network_policy import ENFORCED_WITHIN, METRICS, probe_pod, tcp
 
 pytestmark = pytest.mark.exclusive
@@ -74,8 +74,7 @@ def test_the_metrics_port_admits_only_the_namespaces_the_chart_names(
         job["spec"].update({"workers": 1, "replicasToAggregate": 2, "parameterServers": 1})
         job["spec"]["training"]["maxSteps"] = 1_000_000
         # It only has to run (its metrics ports are what is probed): slow steps, little CPU.
-        job["spec"]["template"] = {"spec": {"containers": [
-            {"name": "syncreplicas", "env": [step_delay(200)]}]}}  # fmt: skip
+        job["spec"]["template"] = paced_template(200)
         kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job))
         policy = kube.eventually("the new job's policy", lambda: kube.kubectl_json(
             "get", "networkpolicy", "watched-grpc", "-n", namespace), 60)  # fmt: skip

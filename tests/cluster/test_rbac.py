@@ -53,6 +53,7 @@ pytestmark = pytest.mark.exclusive
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 KINDS = {"pod": "Pod", "service": "Service", "networkpolicy": "NetworkPolicy"}
 
+
 @dataclass(frozen=True)
 class Outcome:
     """One case after the run: its requests as the API server recorded them, what its

@@ -123,10 +123,7 @@ class LocalCluster:
             log.write(f"--- tfcluster: start #{r.starts} of {r.role}-{r.index} ---\n".encode())
             log.flush()
             server = warm_server()
-            # A replica with warm restarts of its own stands for a container's first
-            # process, which a container always starts cold (its tests look at its children).
-            if server is not None and server.accepts(r.env) \
-                    and "SYNCREPLICAS_WARM_RESTARTS" not in r.env:
+            if server is not None and server.accepts(r.env):
                 devnull = os.open(os.devnull, os.O_RDONLY)
                 try:
                     r.popen = server.spawn(r.env, os.getcwd(), devnull, log.fileno(),

@@ -173,3 +173,14 @@ def test_a_warm_restart_is_a_recovery_and_a_chief_restart() -> None:
                                    warm_reads={chief: (uid, 1)}), first.status, T0)  # fmt: skip
     assert later.status["chiefRestarts"] == 1
     assert later.status["lastRecovery"]["replica"] == "chief-0"
+
+
+def test_the_warm_start_client_names_the_variables_the_runtime_reads() -> None:
+    """A replica whose environment makes the runtime's entry point fork it again or wait as a
+    spare is not forked from a warm-start server (whose child runs the replica alone): the
+    operator's client names the variables as the runtime reads them."""
+    from syncreplicas_operator.local import warmstart
+    from syncreplicas_runtime import spare
+
+    assert warmstart.WARM_RESTARTS_ENV == restarting.POLICY_ENV
+    assert warmstart.SPARE_TOKEN_ENV == spare.TOKEN_ENV

@@ -29,6 +29,12 @@ SERVER_MODULE = "syncreplicas_runtime.warmstart"
 IMPORT_TIME_PREFIXES = ("PYTHON", "TF_", "CUDA_", "XLA_", "OMP_", "KMP_", "MKL_", "OPENBLAS_")
 READ_AFTER_IMPORT = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", "TF_CONFIG",
                                "TF_GRPC_DEFAULT_OPTIONS"})  # fmt: skip
+# Variables that make `python -m syncreplicas_runtime` something other than the replica:
+# the process that forks it again (the runtime's restarting.POLICY_ENV, when not empty) or
+# a spare waiting for a replica's identity (spare.TOKEN_ENV, when set at all). The server's
+# child runs the replica alone, so such a process is started cold.
+WARM_RESTARTS_ENV = "SYNCREPLICAS_WARM_RESTARTS"
+SPARE_TOKEN_ENV = "SYNCREPLICAS_SPARE_TOKEN"
 
 
 def import_time_env(env: dict[str, str]) -> dict[str, str]:
@@ -127,7 +133,10 @@ class WarmServer:
 
     def accepts(self, env: dict[str, str]) -> bool:
         """Whether a replica with this environment can be forked from this server (it
-        imported what it imports under the same settings)."""
+        imported what it imports under the same settings, and the process is the replica
+        itself)."""
+        if env.get(WARM_RESTARTS_ENV) or SPARE_TOKEN_ENV in env:
+            return False
         return import_time_env(env) == import_time_env(self.env)
 
     def spawn(self, env: dict[str, str], cwd: str, stdin: int, stdout: int,
