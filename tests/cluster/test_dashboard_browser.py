@@ -80,7 +80,7 @@ class Viewer:
                     or time.monotonic() > deadline:
                 break
             time.sleep(10)
-        perseslib.screenshot(self.page, REPORT / f"{moment}.png")
+        perseslib.screenshot(self.page, REPORT / f"{moment}.png", required=False)
         pictures = os.environ.get("SYNCREPLICAS_SCREENSHOTS")
         if pictures:
             perseslib.screenshot(self.page, Path(pictures) / f"dashboard-{moment}.png")
