@@ -16,9 +16,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from syncreplicas_runtime import exitcodes
-from syncreplicas_runtime.cluster import parse_config
-from syncreplicas_runtime.exitcodes import TERMINATION_LOG_ENV
+from syncreplicas_runtime.foundation import exitcodes
+from syncreplicas_runtime.foundation.config import parse_config
+from syncreplicas_runtime.foundation.exitcodes import TERMINATION_LOG_ENV
 
 from tests.runtime.rtutil import linear_job, runtime_env
 from tests.support.tfcluster import free_port
@@ -264,7 +264,7 @@ def test_a_chief_restarted_after_training_ended_reports_the_step(
     ended: Ended, global_step: int, message: str
 ) -> None:
     """PS 0 says DONE before the chief ran a step: its exit still carries the global step."""
-    from syncreplicas_runtime.__main__ import fail, seen_step, succeed
+    from syncreplicas_runtime.launch.plain import fail, seen_step, succeed
     from syncreplicas_runtime.process.exits import Exit
     from syncreplicas_runtime.replica.chief import finished_before
 

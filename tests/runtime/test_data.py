@@ -9,7 +9,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
 
-from syncreplicas_runtime import exitcodes  # noqa: E402
+from syncreplicas_runtime.foundation import exitcodes  # noqa: E402
 from syncreplicas_runtime.model.data import DatasetInput  # noqa: E402
 from syncreplicas_runtime.process.exits import Exit  # noqa: E402
 

@@ -1,6 +1,6 @@
-"""Warm restarts in a container (syncreplicas_runtime.inplace): the container's process
+"""Warm restarts in a container (syncreplicas_runtime.launch.supervisor): the container's process
 keeps TensorFlow imported and forks the replica again when it dies, by the rule the
-operator passes (restarting.py), without ending itself.
+operator passes (restartrules.py), without ending itself.
 
 A worker SIGKILLed (as the OOM killer would) and one that exits on its own (SIGTERM to the
 replica alone: 143, retryable) come back under the same first process, each as a new
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from syncreplicas_runtime import exitcodes
+from syncreplicas_runtime.foundation import exitcodes
 
 from tests.runtime.rtutil import eventually, linear_job, runtime_env
 from tests.support.groups import children_of

@@ -16,7 +16,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
 
-from syncreplicas_runtime.cluster import parse_config  # noqa: E402
+from syncreplicas_runtime.foundation.config import parse_config  # noqa: E402
 from syncreplicas_runtime.graph import training as G  # noqa: E402
 from syncreplicas_runtime.model.contract import load_entrypoint  # noqa: E402
 from syncreplicas_runtime.model.keras_names import COUNTERS, stable_names  # noqa: E402

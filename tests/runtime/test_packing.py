@@ -191,7 +191,7 @@ def training_graph(job: dict[str, Any], role: str) -> Any:
     """``build_training_graph`` of task 0 of ``role`` in a 2-PS cluster with a chief and
     one worker (nothing listens at the addresses: only the graph is built)."""
     import tensorflow as tf
-    from syncreplicas_runtime.cluster import parse_config
+    from syncreplicas_runtime.foundation.config import parse_config
     from syncreplicas_runtime.graph.training import build_training_graph
     from syncreplicas_runtime.model.contract import load_entrypoint
 

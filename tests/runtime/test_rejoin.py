@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import tensorflow as tf
-from syncreplicas_runtime.phases import Phase
+from syncreplicas_runtime.foundation.phases import Phase
 from syncreplicas_runtime.replica import worker
 
 EPOCH = 0xE1

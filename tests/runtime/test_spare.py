@@ -1,5 +1,5 @@
-"""Spare pods (syncreplicas_runtime.sparemode): ``python -m syncreplicas_runtime`` with TensorFlow
-imported, waiting on the metrics port until handed a replica's identity.
+"""Spare pods (syncreplicas_runtime.launch.spare): ``python -m syncreplicas_runtime`` with
+TensorFlow imported, waiting on the metrics port until handed a replica's identity.
 
 A spare answers /readyz, /healthz and /metrics, refuses a wrong secret (401) and a variable
 an assignment may not set (400, naming it) and stays a spare, and stops at SIGTERM with
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from syncreplicas_runtime import exitcodes
+from syncreplicas_runtime.foundation import exitcodes
 
 from tests.runtime.rtutil import StepDelay, eventually, linear_job, runtime_env
 from tests.support.groups import children_of, stop_group
@@ -167,7 +167,7 @@ def test_a_spare_becomes_a_worker_of_a_running_job_and_stays_it(tmp_path: Path) 
                 return probe
 
             assert eventually(trained(3, 0), 90), cluster.logs() + log.read_text()
-            (replica,) = children_of(proc.pid)  # forked: supervised by inplace.py
+            (replica,) = children_of(proc.pid)  # forked: supervised by launch/supervisor.py
             assert TOKEN.encode() not in Path(f"/proc/{replica}/environ").read_bytes()
             assert assign(port, identity) == (409, "already assigned: this process is a "
                                               "replica\n")  # fmt: skip

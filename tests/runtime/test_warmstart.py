@@ -1,4 +1,4 @@
-"""Warm starts (syncreplicas_runtime.warmstart): replicas forked from a server that imported
+"""Warm starts (syncreplicas_runtime.launch.warmstart): replicas forked from a server that imported
 TensorFlow once behave as processes started with ``python -m syncreplicas_runtime``.
 
 A job trains to the end with every replica forked from the server (each one's parent is
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from syncreplicas_operator.local.warmstart import WarmServer
-from syncreplicas_runtime import exitcodes
+from syncreplicas_runtime.foundation import exitcodes
 
 from tests.runtime.rtutil import linear_job, runtime_env
 from tests.support.groups import parent_of
@@ -95,6 +95,6 @@ def test_exit_codes_environment_and_output_are_the_requests(tmp_path: Path) -> N
 
 
 def test_the_server_says_how_to_run_it() -> None:
-    done = subprocess.run([sys.executable, "-m", "syncreplicas_runtime.warmstart"],
+    done = subprocess.run([sys.executable, "-m", "syncreplicas_runtime.launch.warmstart"],
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 2 and "usage" in done.stderr

@@ -4,7 +4,7 @@ verdicts in one form: the field paths each refusal names (``spec.training.batchS
 
 * ``syncreplicas validate``: ``resources.manifestfile.parse_documents``, the function the
   CLI calls once it has read the file; its lines are ``<file>: <path>: <reason>``.
-* The runtime: ``syncreplicas_runtime.cluster.parse_job`` on ``SYNCREPLICAS_JOB`` built
+* The runtime: ``syncreplicas_runtime.foundation.config.parse_job`` on ``SYNCREPLICAS_JOB`` built
   from the manifest's raw fields as the operator builds it (``core/tfconfig.job_settings``:
   the contract's keys of the stored, defaulted spec, ``minReplicasToAggregate`` defaulting
   to R) but without the operator's validation, so an invalid value reaches the parser; its
@@ -37,7 +37,7 @@ from syncreplicas_api.fields_walk import fields
 from syncreplicas_api.types import JobSpec
 from syncreplicas_operator.core import naming
 from syncreplicas_operator.resources.manifestfile import Document, parse_documents
-from syncreplicas_runtime import cluster
+from syncreplicas_runtime.foundation import config as cluster
 
 from tests.unit.test_crd import SCHEMA, apply_defaults
 

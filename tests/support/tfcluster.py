@@ -15,7 +15,7 @@ One job: process management for tests and benchmarks. Standard library only (and
 Every process runs ``python -m syncreplicas_runtime`` in its own process group, with its
 stdout and stderr in ``workdir/<role>-<index>.log`` (restarts append to the same file).
 With ``SYNCREPLICAS_WARM_START=1`` each is forked from one warm-start server per test
-session instead (syncreplicas_runtime.warmstart: TensorFlow imported once, not by every
+session instead (syncreplicas_runtime.launch.warmstart: TensorFlow imported once, not by every
 process), where its environment allows (syncreplicas_operator.local.warmstart).
 gRPC and metrics ports are free ports picked here; ``job["workers"]`` and
 ``job["parameterServers"]`` are overwritten with the shape given. ``metrics.port: 0`` in

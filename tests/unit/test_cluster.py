@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from syncreplicas_runtime.cluster import ConfigError, parse_config
+from syncreplicas_runtime.foundation.config import ConfigError, parse_config
 
 from tests.support.jobs import with_changes
 

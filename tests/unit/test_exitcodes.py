@@ -2,7 +2,7 @@
 
 import pytest
 from syncreplicas_operator.core import exitcodes as op
-from syncreplicas_runtime import exitcodes as rt
+from syncreplicas_runtime.foundation import exitcodes as rt
 
 
 def test_same_numbers_on_both_sides() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from hypothesis import HealthCheck, given, settings
 from syncreplicas_operator.core import spec, tfconfig
-from syncreplicas_runtime import cluster
+from syncreplicas_runtime.foundation import config as cluster
 
 from tests.support import judges, manifestgen
 

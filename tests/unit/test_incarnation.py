@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from syncreplicas_runtime import exitcodes
-from syncreplicas_runtime.cluster import (
+from syncreplicas_runtime.foundation import exitcodes
+from syncreplicas_runtime.foundation.config import (
     INCARNATION_ENV,
     ConfigError,
     parse_config,

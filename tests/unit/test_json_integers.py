@@ -22,7 +22,7 @@ from syncreplicas_api import types as api
 from syncreplicas_api.fields import INT64_MAX, INT64_MIN, Int32
 from syncreplicas_api.fields_walk import fields
 from syncreplicas_api.problems import validate
-from syncreplicas_runtime import cluster
+from syncreplicas_runtime.foundation import config as cluster
 
 from tests.unit.test_crd import SCHEMA
 

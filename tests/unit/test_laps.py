@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from syncreplicas_runtime.laps import Laps
+from syncreplicas_runtime.foundation.laps import Laps
 
 
 def test_each_lap_runs_from_the_previous_one_and_the_total_comes_first() -> None:

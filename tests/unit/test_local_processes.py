@@ -14,8 +14,8 @@ from syncreplicas_operator.local.processes import (
     plan_local_processes,
     spawn_env,
 )
-from syncreplicas_runtime.cluster import INCARNATION_ENV
-from syncreplicas_runtime.exitcodes import TERMINATION_LOG_ENV
+from syncreplicas_runtime.foundation.config import INCARNATION_ENV
+from syncreplicas_runtime.foundation.exitcodes import TERMINATION_LOG_ENV
 
 CLUSTER = {
     "ps": ["j-ps-0.ns.svc:2222"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from syncreplicas_operator.core import metricnames, metricstext
-from syncreplicas_runtime.phases import ReplicaPhase
+from syncreplicas_runtime.foundation.phases import ReplicaPhase
 from syncreplicas_runtime.process.metrics import RuntimeMetrics
 
 READ_BY_THE_OPERATOR = sorted(

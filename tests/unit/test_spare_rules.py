@@ -1,4 +1,5 @@
-"""Spare pods: the rules of the wait and of the handover (syncreplicas_runtime.spare, pure).
+"""Spare pods: the rules of the wait and of the handover (pure:
+syncreplicas_runtime.launch.sparerules).
 
 Who may hand a spare a replica's identity (401), what a request may be (400, 413), what an
 assignment may set (no LD_PRELOAD, no PYTHONPATH, none of the spare's own variables) and
@@ -12,8 +13,9 @@ import json
 from typing import Any
 
 import pytest
-from syncreplicas_runtime import spare
-from syncreplicas_runtime.spare import Refusal, SettingsError
+from syncreplicas_runtime.foundation.endpoints import ASSIGN_PATH
+from syncreplicas_runtime.launch import sparerules as spare
+from syncreplicas_runtime.launch.sparerules import Refusal, SettingsError
 
 TOKEN = "0123456789abcdef" * 4
 CLUSTER = {"ps": ["ps0:2222"], "chief": ["c:2222"], "worker": ["w0:2222", "w1:2222"]}
@@ -275,5 +277,5 @@ def test_both_sides_name_the_same_things() -> None:
         pytest.skip("the operator does not make spare pods in this tree")
     assert naming.ENV_SPARE_TOKEN == spare.TOKEN_ENV
     assert naming.ENV_SPARE_STATE == spare.STATE_ENV
-    assert naming.SPARE_ASSIGN_PATH == spare.ASSIGN_PATH
+    assert naming.SPARE_ASSIGN_PATH == ASSIGN_PATH
     assert naming.ENV_METRICS_PORT == spare.PORT_ENV

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from syncreplicas_operator.core import status as op
-from syncreplicas_runtime import exitcodes as rt
+from syncreplicas_runtime.foundation import exitcodes as rt
 from syncreplicas_runtime.process import termination
 
 

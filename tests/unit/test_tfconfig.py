@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from syncreplicas_operator.core import naming, spec, tfconfig
-from syncreplicas_runtime import cluster as runtime_cluster
+from syncreplicas_runtime.foundation import config as runtime_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

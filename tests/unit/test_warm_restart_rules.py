@@ -11,9 +11,9 @@ from syncreplicas_operator.core import exitcodes, metricnames, naming, status
 from syncreplicas_operator.core.plan.context import Observed
 from syncreplicas_operator.core.plan.pipeline import plan_job
 from syncreplicas_operator.core.warm import fold
-from syncreplicas_runtime import exitcodes as runtime_exitcodes
-from syncreplicas_runtime import restarting
-from syncreplicas_runtime.restarting import Exit, Rule, RuleError, pause_before_restart
+from syncreplicas_runtime.foundation import exitcodes as runtime_exitcodes
+from syncreplicas_runtime.launch import restartrules as restarting
+from syncreplicas_runtime.launch.restartrules import Exit, Rule, RuleError, pause_before_restart
 
 from tests.support.jobs import planner_job
 from tests.support.plans import T0, pods_of

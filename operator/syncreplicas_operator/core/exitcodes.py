@@ -1,7 +1,7 @@
 """Exit codes of the runtime as the operator reads them: which failures to retry.
 
 See docs/contract.md. The runtime defines the same numbers in
-``syncreplicas_runtime.exitcodes``; a unit test checks that the two agree.
+``syncreplicas_runtime.foundation.exitcodes``; a unit test checks that the two agree.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
 
 # The runtime's termination message (docs/contract.md): its exit line
 # (``syncreplicas: CONFIG (64): <reason>``), then ``key=value`` lines. The runtime writes it
-# with ``syncreplicas_runtime.exitcodes.termination_message``; a unit test checks that this
-# side reads what that side writes.
+# with ``syncreplicas_runtime.foundation.exitcodes.termination_message``; a unit test checks
+# that this side reads what that side writes.
 EXIT_LINE: Final = re.compile(r"syncreplicas: [A-Z]+ \(-?\d+\): (?P<reason>.*)")
 FACT_LINE: Final = re.compile(r"(?P<key>[A-Za-z][A-Za-z0-9]*)=(?P<value>\S*)")
 # The runtime's progress lines (``12:00:00 syncreplicas worker-0: ...``), in a log tail: no

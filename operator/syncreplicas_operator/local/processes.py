@@ -34,8 +34,9 @@ from ..core import naming
 LOOPBACK = "127.0.0.1"
 _PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
 _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
-# syncreplicas_runtime.exitcodes.TERMINATION_LOG_ENV (the operator does not import the
-# runtime; tests/unit/test_local_processes.py checks they agree). "" turns the file off.
+# syncreplicas_runtime.foundation.exitcodes.TERMINATION_LOG_ENV (the operator does not
+# import the runtime; tests/unit/test_local_processes.py checks they agree). "" turns the
+# file off.
 ENV_TERMINATION_LOG = "SYNCREPLICAS_TERMINATION_LOG"
 WARM_RESTART_ENV = (
     naming.ENV_WARM_RESTARTS,

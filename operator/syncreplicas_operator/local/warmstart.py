@@ -1,7 +1,7 @@
 """Warm starts, the client side: replicas forked by a warm-start server of this machine
-(``python -m syncreplicas_runtime.warmstart SOCKET``, which imports TensorFlow once) instead
-of each started as a new ``python -m syncreplicas_runtime`` that imports it again (about 5 s
-of one core each).
+(``python -m syncreplicas_runtime.launch.warmstart SOCKET``, which imports TensorFlow once)
+instead of each started as a new ``python -m syncreplicas_runtime`` that imports it again
+(about 5 s of one core each).
 
 The protocol (the server's docstring has it whole): one Unix-socket connection per replica;
 a JSON line ``{"env", "cwd"}`` with stdin, stdout and stderr attached; ``{"pid"}`` back once
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-SERVER_MODULE = "syncreplicas_runtime.warmstart"
+SERVER_MODULE = "syncreplicas_runtime.launch.warmstart"
 # Variables that Python, NumPy or TensorFlow read while importing: a replica whose
 # environment sets any of them otherwise than the server's would not see its own values in
 # a forked process, so it is started cold. (PYTHONPATH is applied after the fork; TF_CONFIG

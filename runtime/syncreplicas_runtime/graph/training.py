@@ -32,8 +32,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from .. import exitcodes
-from ..cluster import ClusterConfig
+from ..foundation import exitcodes
+from ..foundation.config import ClusterConfig
 from ..model.contract import BuiltModel, ModelError, build_model
 from ..process.context import Context
 from ..process.exits import Exit

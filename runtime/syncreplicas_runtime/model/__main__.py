@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from ..exitcodes import MODEL, exit_line
+from ..foundation.exitcodes import MODEL, exit_line
 from .contract import ModelError, load_entrypoint
 
 

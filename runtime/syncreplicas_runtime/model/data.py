@@ -30,7 +30,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from .. import exitcodes
+from ..foundation import exitcodes
 from ..process.exits import Exit
 
 v1 = tf.compat.v1

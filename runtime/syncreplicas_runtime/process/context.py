@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from .. import exitcodes
-from ..cluster import ClusterConfig
-from ..phases import ReplicaPhase
+from ..foundation import exitcodes
+from ..foundation.config import ClusterConfig
+from ..foundation.phases import ReplicaPhase
 from .metrics import RuntimeMetrics
 from .termination import exit_now
 from .unlisting import POLL_SECONDS, UNLISTED_WAIT_SECONDS, wait_until_unlisted
@@ -30,7 +30,7 @@ class Context:
     model_fn: Any
     name: str
     step_delay: float = 0.0
-    step_delay_file: str | None = None  # the debug delay is read from here (cluster.py)
+    step_delay_file: str | None = None  # the debug delay is read from here (config.py)
     _delay_read_at: float = 0.0
     last_progress: float = field(default_factory=time.monotonic)
     watchdog_armed: bool = False

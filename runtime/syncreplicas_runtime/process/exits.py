@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import exitcodes
+from ..foundation import exitcodes
 
 
 class Exit(Exception):

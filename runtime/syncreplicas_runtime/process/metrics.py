@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -18,8 +19,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from ..phases import ReplicaPhase
-from ..spare import ASSIGN_PATH, CONFLICT
+from ..foundation.endpoints import ASSIGN_PATH, HEALTH_PATH, METRICS_PATH, READY_PATH
+from ..foundation.phases import ReplicaPhase
 
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 STALENESS_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50)
@@ -97,7 +98,7 @@ class RuntimeMetrics:
             "Start-up phase of this process (phases.ReplicaPhase: 1 importing, 2 waiting for "
             "PS, 3 gathering, 4 training, 5 coordinating, 6 serving)", registry=r)
         self.replica_phase.set(int(ReplicaPhase.IMPORTING))
-        # Where the operator counts restarts no container restart shows (inplace.py).
+        # Where the operator counts restarts no container restart shows (launch/supervisor.py).
         self.process_restarts = Gauge(
             "syncreplicas_process_restarts",
             "Warm restarts of this replica's process in its pod before this process",
@@ -152,11 +153,11 @@ def serve(metrics: RuntimeMetrics, port: int, host: str = "") -> tuple[Threading
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path == "/metrics":
+            if path == METRICS_PATH:
                 body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
-            elif path == "/healthz":
+            elif path == HEALTH_PATH:
                 body, ctype, code = b"ok\n", "text/plain", 200
-            elif path == "/readyz":
+            elif path == READY_PATH:
                 code = 200 if state.ready else 503
                 body, ctype = (b"ready\n" if state.ready else b"not ready\n"), "text/plain"
             else:
@@ -169,10 +170,10 @@ def serve(metrics: RuntimeMetrics, port: int, host: str = "") -> tuple[Threading
                 self.wfile.write(body)  # a scraper that timed out is not an error here
 
         def do_POST(self) -> None:
-            # A spare that became this replica took its port over (sparemode.py): any
+            # A spare that became this replica took its port over (launch/spare.py): any
             # later assignment is one too many.
             if self.path.split("?", 1)[0] == ASSIGN_PATH:
-                code, body = CONFLICT, b"already assigned: this process is a replica\n"
+                code, body = HTTPStatus.CONFLICT, b"already assigned: this process is a replica\n"
             else:
                 code, body = 404, b"not found\n"
             self.close_connection = True

@@ -8,7 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from ..cluster import ClusterConfig
+from ..foundation.config import ClusterConfig
 
 v1 = tf.compat.v1
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import NoReturn
 
-from ..exitcodes import (
+from ..foundation.exitcodes import (
     DEFAULT_TERMINATION_LOG,
     OK,
     TERMINATION_LOG_ENV,

@@ -37,12 +37,12 @@ from typing import Any
 
 import tensorflow as tf
 
-from .. import exitcodes
-from ..cluster import UPDATES_FILE_ENV
+from ..foundation import exitcodes
+from ..foundation.config import UPDATES_FILE_ENV
+from ..foundation.laps import Laps
+from ..foundation.phases import Phase
 from ..graph.seqlock import settle_seqlock
 from ..graph.training import TrainingGraph, build_epoch_graph, tokens_per_replica
-from ..laps import Laps
-from ..phases import Phase
 from ..process.context import Context
 from ..process.exits import Exit
 from ..process.sessions import close_quietly, coordinator_session_config, open_session

@@ -9,8 +9,8 @@ import time
 
 import tensorflow as tf
 
-from .. import exitcodes
-from ..phases import ReplicaPhase
+from ..foundation import exitcodes
+from ..foundation.phases import ReplicaPhase
 from ..process.context import Context
 from ..process.sessions import open_session
 from ..sync.protocol import ps_done_queue

@@ -19,10 +19,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from .. import exitcodes
+from ..foundation import exitcodes
+from ..foundation.laps import Laps
+from ..foundation.phases import Phase
 from ..graph.training import TrainingGraph, build_epoch_graph
-from ..laps import Laps
-from ..phases import Phase
 from ..process.context import SIGTERM_EXIT, Context
 from ..process.exits import Exit
 from ..process.mainthread import run_off_main_thread

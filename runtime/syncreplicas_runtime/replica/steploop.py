@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import exitcodes
+from ..foundation import exitcodes
+from ..foundation.phases import Phase
 from ..graph.training import TrainingGraph
-from ..phases import Phase
 from ..process.context import Context
 from ..process.exits import Exit
 from ..sync.protocol import POLL, REJOIN_GATE_SECONDS, SyncProtocol

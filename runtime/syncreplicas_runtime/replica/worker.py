@@ -10,10 +10,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from .. import exitcodes
+from ..foundation import exitcodes
+from ..foundation.laps import Laps
+from ..foundation.phases import Phase, ReplicaPhase
 from ..graph.training import build_epoch_graph
-from ..laps import Laps
-from ..phases import Phase, ReplicaPhase
 from ..process.context import Context, start_watchdog
 from ..process.exits import Exit
 from ..process.mainthread import run_off_main_thread
@@ -40,7 +40,7 @@ def run_worker(ctx: Context) -> int:
     job: it ends the step in flight (at most one update), clears ``ready`` and goes silent,
     so that elastic R or a backup replica takes over at once rather than after the silence
     limit. A worker of an elastic job then exits 0 (scaled down), any other 143
-    (``__main__``): it was stopped, and its pod is replaced."""
+    (``launch.plain``): it was stopped, and its pod is replaced."""
     def leave_if_asked(thread: threading.Thread) -> int | None:
         if not ctx.leaving.is_set():
             return None

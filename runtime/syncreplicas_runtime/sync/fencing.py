@@ -1,11 +1,12 @@
 """Fencing: a replaced replica whose old process still runs never counts again.
 
-Every replica process has an *incarnation* (``SYNCREPLICAS_INCARNATION``, cluster.py): the
-operator's clock in ms when it created the pod, so a replacement's is higher than the
-process it replaces. PS 0 keeps the **owner table** (``syncreplicas/owner``, one int64 per
-replica slot, outside checkpoints): the highest incarnation that joined each slot. A process
-claims its slot every time it joins a sync epoch, with an atomic ``scatter_max`` of its
-incarnation, and finds out at once when a newer one holds it.
+Every replica process has an *incarnation* (``SYNCREPLICAS_INCARNATION``,
+foundation/config.py): the operator's clock in ms when it created the pod, so a
+replacement's is higher than the process it replaces. PS 0 keeps the **owner table**
+(``syncreplicas/owner``, one int64 per replica slot, outside checkpoints): the highest
+incarnation that joined each slot. A process claims its slot every time it joins a sync
+epoch, with an atomic ``scatter_max`` of its incarnation, and finds out at once when a newer
+one holds it.
 
 Every write a replica makes to the shared state (a gradient push and the token it takes,
 the tokens it drops on joining, leaving an elastic job, its ``ready``/``done`` flags, the
@@ -47,8 +48,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from .. import exitcodes
-from ..cluster import ClusterConfig
+from ..foundation import exitcodes
+from ..foundation.config import ClusterConfig
 from ..process.context import Context
 from ..process.exits import Exit
 from .names import OWNER_VARIABLE, SYNC_STATE_DEVICE

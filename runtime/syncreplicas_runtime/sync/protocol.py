@@ -5,10 +5,10 @@ State kept in PS variables outside every sync epoch (read and written by short p
 per training step):
 
 - ``epoch``: id of the current sync epoch (random, nonzero; names the PS container);
-- ``phase``: a :class:`~syncreplicas_runtime.phases.Phase`, RESETTING (PS 0 opened the
-  epoch; the chief keeps, restores or initializes the variables) -> GATHERING (variables
-  ready, set by the chief; replicas join) -> RUNNING (PS 0 opened the start gate) -> DONE
-  (PS 0, at maxSteps);
+- ``phase``: a :class:`~syncreplicas_runtime.foundation.phases.Phase`, RESETTING (PS 0
+  opened the epoch; the chief keeps, restores or initializes the variables) -> GATHERING
+  (variables ready, set by the chief; replicas join) -> RUNNING (PS 0 opened the start
+  gate) -> DONE (PS 0, at maxSteps);
 - ``ready[r]``: the epoch replica r has joined (chief = 0, worker i = 1 + i);
 - ``done[r]``: 1 once replica r saw the end of training (the chief: after its last checkpoint);
 - one "done" queue per PS: the PS process blocks on it and exits 0 when PS 0 fills it.
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from ..cluster import ClusterConfig
-from ..phases import Phase
+from ..foundation.config import ClusterConfig
+from ..foundation.phases import Phase
 from ..process.sessions import session_config
 from . import names
 from .fencing import FenceOps, FenceReader, build_fence, fenced, owner_table

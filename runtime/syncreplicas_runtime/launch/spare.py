@@ -1,13 +1,13 @@
 """Spare mode: a pod's process with TensorFlow imported, waiting for a replica's identity.
 
 ``python -m syncreplicas_runtime`` runs this first when the operator made the pod a spare
-(``spare.TOKEN_ENV``; the rules are in ``spare.py``, the contract in docs/contract.md,
-"Spare pods"):
+(``sparerules.TOKEN_ENV``; the rules are in ``sparerules.py``, the contract in
+docs/contract.md, "Spare pods"):
 
-1. An assignment file left by this pod's last container (``spare.STATE_ENV``): the spare
-   had become a replica, and its container restarted. It becomes that replica again at
-   once, without serving.
-2. Otherwise it imports what every replica imports (``warmstart.preload``), then listens
+1. An assignment file left by this pod's last container (``sparerules.STATE_ENV``): the
+   spare had become a replica, and its container restarted. It becomes that replica again
+   at once, without serving.
+2. Otherwise it imports what every replica imports (``preloaded.preload``), then listens
    on the metrics port: ``/readyz`` (the pod's readiness: the port opens only once
    TensorFlow is imported), ``/healthz``, ``/metrics`` (``syncreplicas_spare 1``) and
    ``POST /spare/assign``. An accepted assignment is written to the file (a temporary
@@ -17,10 +17,10 @@
    termination message saying so.
 
 Once assigned, the process's environment is the replica's (the spare's own variables
-gone) and ``__main__.entry_point`` carries on as for any replica's pod: ``inplace.py``
-under warm restarts, else the replica in this process. Nothing here leaves a thread behind
-(the server's request threads are joined first): ``inplace.py`` forks, and a lock held by
-another thread at a fork stays held in the child.
+gone) and ``entry.entry_point`` carries on as for any replica's pod: ``supervisor.py``
+under warm restarts, else the replica in this process (``plain.py``). Nothing here leaves a
+thread behind (the server's request threads are joined first): ``supervisor.py`` forks,
+and a lock held by another thread at a fork stays held in the child.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from . import spare
-from .exitcodes import CONFIG, OK
-from .inplace import say
-from .process.termination import exit_now, report_exit
-from .warmstart import preload
+from ..foundation.endpoints import ASSIGN_PATH, HEALTH_PATH, METRICS_PATH, READY_PATH
+from ..foundation.exitcodes import CONFIG, OK
+from ..process.termination import exit_now, report_exit
+from . import sparerules as rules
+from .preloaded import preload, say
 
 POLL_SECONDS = 0.1
 # A client that sends nothing holds its request's thread this long, and the handover waits
@@ -53,40 +53,40 @@ INTERNAL_ERROR = 500
 class Waiting:
     """A spare's state: its settings, its environment, and the assignment once taken."""
 
-    def __init__(self, settings: spare.Settings, base: dict[str, str]) -> None:
+    def __init__(self, settings: rules.Settings, base: dict[str, str]) -> None:
         self.settings = settings
         self.base = base
         self.lock = threading.Lock()
-        self.assignment: spare.Assignment | None = None
+        self.assignment: rules.Assignment | None = None
 
     def assign(self, authorization: str | None, content_length: str | None,
                body: io.BufferedIOBase) -> tuple[int, bytes, str]:  # fmt: skip
         """One ``POST /spare/assign``: the status, body and content type of its answer."""
         try:
-            spare.authorize(authorization, self.settings.token)
+            rules.authorize(authorization, self.settings.token)
             with self.lock:
                 if self.assignment is not None:
-                    raise spare.already_assigned(self.assignment.replica)
-            size = spare.body_length(content_length)
+                    raise rules.already_assigned(self.assignment.replica)
+            size = rules.body_length(content_length)
             data = body.read(size)
             if len(data) < size:
-                raise spare.Refusal(spare.BAD_REQUEST, "body: shorter than its Content-Length")
-            assignment = spare.parse_assignment(data, self.base)
+                raise rules.Refusal(rules.BAD_REQUEST, "body: shorter than its Content-Length")
+            assignment = rules.parse_assignment(data, self.base)
             with self.lock:
                 if self.assignment is not None:
-                    raise spare.already_assigned(self.assignment.replica)
+                    raise rules.already_assigned(self.assignment.replica)
                 try:
                     keep(self.settings.state_file, assignment)
                 except OSError as err:
                     return (INTERNAL_ERROR, f"cannot keep the assignment in "
                             f"{self.settings.state_file}: {err}\n".encode(), TEXT)  # fmt: skip
                 self.assignment = assignment
-        except spare.Refusal as refused:
+        except rules.Refusal as refused:
             return refused.status, f"{refused.message}\n".encode(), TEXT
-        return spare.ASSIGNED, spare.answer(assignment), "application/json"
+        return rules.ASSIGNED, rules.answer(assignment), "application/json"
 
 
-def keep(path: str, assignment: spare.Assignment) -> None:
+def keep(path: str, assignment: rules.Assignment) -> None:
     """Write the assignment file atomically (a reader sees the old file or the whole new
     one); no file when ``path`` is ""."""
     if not path:
@@ -95,7 +95,7 @@ def keep(path: str, assignment: spare.Assignment) -> None:
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as out:
-            out.write(spare.file_text(assignment))
+            out.write(rules.file_text(assignment))
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, target)
@@ -103,7 +103,7 @@ def keep(path: str, assignment: spare.Assignment) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def kept(path: str, base: dict[str, str]) -> spare.Assignment | None:
+def kept(path: str, base: dict[str, str]) -> rules.Assignment | None:
     """The assignment this pod's last container took, if its file is there and valid."""
     if not path:
         return None
@@ -115,8 +115,8 @@ def kept(path: str, base: dict[str, str]) -> spare.Assignment | None:
         say(f"cannot read the spare's assignment file {path} ({err}); waiting as a spare")
         return None
     try:
-        return spare.parse_file(text, base)
-    except spare.Refusal as refused:
+        return rules.parse_file(text, base)
+    except rules.Refusal as refused:
         say(f"ignoring the spare's assignment file {path} ({refused.message}); waiting as a "
             "spare")
         return None
@@ -138,19 +138,19 @@ def handler_for(state: Waiting) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path == spare.READY_PATH:
-                self.answer(200, spare.READY_BODY)
-            elif path == spare.HEALTH_PATH:
+            if path == READY_PATH:
+                self.answer(200, rules.READY_BODY)
+            elif path == HEALTH_PATH:
                 self.answer(200, b"ok\n")
-            elif path == spare.METRICS_PATH:
-                self.answer(200, spare.metrics_text(), spare.METRICS_CONTENT_TYPE)
-            elif path == spare.ASSIGN_PATH:
+            elif path == METRICS_PATH:
+                self.answer(200, rules.metrics_text(), rules.METRICS_CONTENT_TYPE)
+            elif path == ASSIGN_PATH:
                 self.answer(405, b"POST only\n")
             else:
                 self.answer(404, b"not found\n")
 
         def do_POST(self) -> None:
-            if self.path.split("?", 1)[0] != spare.ASSIGN_PATH:
+            if self.path.split("?", 1)[0] != ASSIGN_PATH:
                 self.answer(404, b"not found\n")
                 return
             try:
@@ -176,7 +176,7 @@ class Server(ThreadingHTTPServer):
     timeout = POLL_SECONDS  # how often ``handle_request`` looks at the assignment
 
 
-def wait(server: Server, state: Waiting) -> spare.Assignment:
+def wait(server: Server, state: Waiting) -> rules.Assignment:
     """Answer requests until one is an accepted assignment."""
     while (assignment := state.assignment) is None:
         server.handle_request()
@@ -199,16 +199,16 @@ def scrub_from_process(name: str) -> None:
             ctypes.memset(address, ord("0"), len(value))
 
 
-def become(assignment: spare.Assignment) -> None:
+def become(assignment: rules.Assignment) -> None:
     """Make the process's environment the replica's: the spare's variables gone (the
     secret from the process's first environment too), the assignment's set, and
-    ``spare.TOOK_OVER_ENV``."""
-    scrub_from_process(spare.TOKEN_ENV)
-    environ = spare.replica_environ(os.environ, assignment.env)
+    ``sparerules.TOOK_OVER_ENV``."""
+    scrub_from_process(rules.TOKEN_ENV)
+    environ = rules.replica_environ(os.environ, assignment.env)
     for name in [n for n in os.environ if n not in environ]:
         del os.environ[name]
     os.environ.update(environ)
-    os.environ[spare.TOOK_OVER_ENV] = "1"
+    os.environ[rules.TOOK_OVER_ENV] = "1"
 
 
 def wait_for_assignment() -> int | None:
@@ -217,13 +217,13 @@ def wait_for_assignment() -> int | None:
     wrong or its port cannot be opened. A SIGTERM or SIGINT ends the process here."""
     started = time.monotonic()
     try:
-        settings = spare.parse_settings(os.environ)
-    except spare.SettingsError as err:
+        settings = rules.parse_settings(os.environ)
+    except rules.SettingsError as err:
         return report_exit(CONFIG, f"bad configuration: {err}")
     state = Waiting(settings, dict(os.environ))
     assignment = kept(settings.state_file, state.base)
     if assignment is not None:
-        say(spare.assigned_line(assignment, restarted_from=settings.state_file))
+        say(rules.assigned_line(assignment, restarted_from=settings.state_file))
         become(assignment)
         return None
 
@@ -234,7 +234,7 @@ def wait_for_assignment() -> int | None:
             exit_now(128 + signum, f"stopped by {name} as {taken.replica}, assigned a "
                      "moment ago, before it started")
         say(f"spare stopped by {name} after {time.monotonic() - started:.1f} s, never assigned")
-        exit_now(OK, spare.stopped_reason(name))
+        exit_now(OK, rules.stopped_reason(name))
 
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     for signum in previous:
@@ -243,7 +243,7 @@ def wait_for_assignment() -> int | None:
     try:
         server = Server(("", settings.port), handler_for(state))
     except OSError as err:
-        return report_exit(CONFIG, f"{spare.PORT_ENV} {settings.port}: cannot listen: {err}")
+        return report_exit(CONFIG, f"{rules.PORT_ENV} {settings.port}: cannot listen: {err}")
     say(f"spare ready in {time.monotonic() - started:.1f} s (pid {os.getpid()}, port "
         f"{settings.port})")
     try:
@@ -252,6 +252,6 @@ def wait_for_assignment() -> int | None:
         server.server_close()  # the listener, then every request's thread joined
     for signum, handler in previous.items():
         signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-    say(spare.assigned_line(assignment))
+    say(rules.assigned_line(assignment))
     become(assignment)
     return None

@@ -1,16 +1,17 @@
 """Warm starts: Python, NumPy and TensorFlow imported once, each replica forked from there.
 
-    python -m syncreplicas_runtime.warmstart SOCKET
+    python -m syncreplicas_runtime.launch.warmstart SOCKET
 
 A replica's process spends about 5 s of one core importing before it does anything. This
 server pays that once: it imports what every replica imports, listens on the Unix socket
-SOCKET and forks one replica per request. The child runs exactly what ``python -m
-syncreplicas_runtime`` runs, with the request's environment, working directory and
-standard streams, in a process group of its own (its pid is the group's), and exits with
-that code. Nothing here starts a Python thread or a TensorFlow session before a fork (a
-lock held by a thread at the fork stays held in the child, where that thread does not
-exist); the native pools that NumPy's BLAS and TensorFlow start while importing are idle
-then, and TensorFlow builds its own pools in the child, when the replica's session starts.
+SOCKET and forks one replica per request. The child runs the replica as a plain start of
+``python -m syncreplicas_runtime`` does (``plain.main``), with the request's environment,
+working directory and standard streams, in a process group of its own (its pid is the
+group's), and exits with that code. Nothing here starts a Python thread or a TensorFlow
+session before a fork (a lock held by a thread at the fork stays held in the child, where
+that thread does not exist); the native pools that NumPy's BLAS and TensorFlow start while
+importing are idle then, and TensorFlow builds its own pools in the child, when the
+replica's session starts.
 
 One connection per replica. The client sends one JSON line ``{"env": {...}, "cwd": "..."}``
 with three file descriptors attached (stdin, stdout, stderr; SCM_RIGHTS). The server
@@ -24,7 +25,6 @@ replica (SIGKILL to those still there 30 s later); a replica gets SIGKILL if its
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import selectors
@@ -32,37 +32,16 @@ import signal
 import socket
 import sys
 import time
-import traceback
-from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+
+from .preloaded import die_with_parent, exit_child, preload, returncode, run_replica
 
 POLL_SECONDS = 0.05
 STOP_GRACE_SECONDS = 30.0  # as a pod's default termination grace period
 MAX_REQUEST = 1 << 20
-PR_SET_PDEATHSIG = 1
 
 
-def preload() -> None:
-    """Import what every replica imports (TensorFlow first), creating no thread."""
-    import numpy  # noqa: F401
-    import tensorflow as tf
-
-    tf.compat.v1.disable_eager_execution()
-    from . import __main__  # noqa: F401
-    from .graph import training  # noqa: F401
-    from .process import sessions  # noqa: F401
-    from .ps import serving  # noqa: F401
-    from .replica import chief, worker  # noqa: F401
-
-
-def die_with_parent(signum: int) -> None:
-    """Get ``signum`` when the parent dies (Linux; elsewhere nothing)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum)
-
-
-def run_replica(request: dict[str, object], fds: list[int]) -> int:
+def run_request(request: dict[str, object], fds: list[int]) -> int:
     """In the forked child: become the replica the request describes and run it."""
     with contextlib.suppress(OSError):  # the parent may have done it first
         os.setpgid(0, 0)
@@ -80,25 +59,7 @@ def run_replica(request: dict[str, object], fds: list[int]) -> int:
     # As `python -m` in that directory with that PYTHONPATH would have it.
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = [cwd, *extra, *(p for p in sys.path[1:] if p not in extra)]
-    return run_main()
-
-
-def run_main() -> int:
-    """In a forked child: what ``python -m syncreplicas_runtime`` runs; its exit code."""
-    import numpy as np
-
-    np.random.seed()  # a fresh process would not share its parent's NumPy generator
-    from . import __main__ as entry
-
-    sys.argv = [str(Path(entry.__file__))]
-    try:
-        code = entry.main()
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
-    except Exception:
-        traceback.print_exc()
-        code = entry.fail(1, "unexpected error (traceback above)")
-    return int(code)
+    return run_replica()
 
 
 def fork_replica(request: dict[str, object], fds: list[int], selector: selectors.BaseSelector,
@@ -118,27 +79,9 @@ def fork_replica(request: dict[str, object], fds: list[int], selector: selectors
             sock.close()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(signum, signal.SIG_DFL)
-        return run_replica(request, fds)
+        return run_request(request, fds)
 
     exit_child(become)
-
-
-def exit_child(body: Callable[[], int]) -> NoReturn:
-    """In a forked child: run ``body`` and end the process with its code (1 if it raised),
-    at once: daemon threads may sit in TensorFlow calls, and none is waited for."""
-    code = 1
-    try:
-        code = body()
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-def returncode(status: int) -> int:
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
 def send(conn: socket.socket, message: dict[str, object]) -> None:
@@ -229,7 +172,7 @@ def serve(path: Path) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        print("usage: python -m syncreplicas_runtime.warmstart SOCKET", file=sys.stderr)
+        print("usage: python -m syncreplicas_runtime.launch.warmstart SOCKET", file=sys.stderr)
         sys.exit(2)
     die_with_parent(signal.SIGTERM)  # then it stops its replicas as a pod's end would
     sys.exit(serve(Path(sys.argv[1])))

@@ -1,18 +1,19 @@
-"""Warm restarts in a container: TensorFlow imported once, the replica forked again when it dies.
+"""Warm restarts in a container: the container's first process supervises the replica,
+TensorFlow imported once, the replica forked again when it dies.
 
 ``python -m syncreplicas_runtime`` runs this when the operator turned warm restarts on for
-the pod (``restarting.POLICY_ENV``). As the container's first process it imports what every
-replica imports (about 5 s of one core, once), then forks the replica; when the replica
-exits or is killed, ``restarting.pause_before_restart`` decides: a new replica process at
-once (forked from the imported state: its gRPC server is up in a fraction of a second),
-or the container ends with the replica's code (done, fenced, non-retryable, budget spent,
-or the pod is stopping). No container restart, so no kubelet crash-loop back-off; the
+the pod (``restartrules.POLICY_ENV``). As the container's first process it imports what
+every replica imports (about 5 s of one core, once), then forks the replica; when the
+replica exits or is killed, ``restartrules.pause_before_restart`` decides: a new replica
+process at once (forked from the imported state: its gRPC server is up in a fraction of a
+second), or the container ends with the replica's code (done, fenced, non-retryable, budget
+spent, or the pod is stopping). No container restart, so no kubelet crash-loop back-off; the
 container's exit code and termination message stay the replica's.
 
-The count of warm restarts belongs to the pod: kept in ``restarting.STATE_ENV``'s file (the
-pod's /tmp survives a container restart), told to every replica process
-(``restarting.COUNT_ENV``: its metrics export it, where the operator reads it) and left as
-the last line of the container's termination message (``processRestarts=N``).
+The count of warm restarts belongs to the pod: kept in ``restartrules.STATE_ENV``'s file
+(the pod's /tmp survives a container restart), told to every replica process
+(``restartrules.COUNT_ENV``: its metrics export it, where the operator reads it) and left
+as the last line of the container's termination message (``processRestarts=N``).
 
 Signals: SIGTERM or SIGINT to this process (the kubelet stopping the pod) goes on to the
 replica, whose exit then ends the container; the replica gets SIGKILL if this process dies
@@ -24,14 +25,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
-from . import restarting
-from .exitcodes import describe, termination_message
-from .process.termination import read_termination_message, write_termination_message
-from .warmstart import die_with_parent, exit_child, preload, returncode, run_main
+from ..foundation.exitcodes import describe, termination_message
+from ..process.termination import read_termination_message, write_termination_message
+from . import restartrules
+from .preloaded import die_with_parent, exit_child, preload, returncode, run_replica, say
 
 
 def status_code(status: int) -> int:
@@ -44,7 +44,7 @@ def load_count(path: str) -> int:
     if not path:
         return 0
     try:
-        return restarting.parse_count(Path(path).read_text(encoding="utf-8"))
+        return restartrules.parse_count(Path(path).read_text(encoding="utf-8"))
     except OSError:
         return 0
 
@@ -64,9 +64,9 @@ def fork_replica(restarts: int) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         die_with_parent(signal.SIGKILL)
-        os.environ.pop(restarting.POLICY_ENV, None)
-        os.environ[restarting.COUNT_ENV] = str(restarts)
-        return run_main()
+        os.environ.pop(restartrules.POLICY_ENV, None)
+        os.environ[restartrules.COUNT_ENV] = str(restarts)
+        return run_replica()
 
     exit_child(become)
 
@@ -83,11 +83,7 @@ def wait_for(pid: int) -> int:
             return status
 
 
-def say(message: str) -> None:
-    print(f"syncreplicas: {message}", file=sys.stderr, flush=True)
-
-
-def supervise(rule: restarting.Rule) -> int:
+def supervise(rule: restartrules.Rule) -> int:
     """Run the replica, warm-restarting it by ``rule``; the container's exit code."""
     stopping = False
     child = 0
@@ -114,9 +110,9 @@ def supervise(rule: restarting.Rule) -> int:
         child = 0
         code = status_code(status)
         lived = time.monotonic() - started
-        quick = quick + 1 if lived < restarting.STEADY_SECONDS else 0
-        done = restarting.Exit(code=code, lived_seconds=lived, stopping=stopping)
-        pause = restarting.pause_before_restart(rule, done, restarts, max(quick, 1))
+        quick = quick + 1 if lived < restartrules.STEADY_SECONDS else 0
+        done = restartrules.Exit(code=code, lived_seconds=lived, stopping=stopping)
+        pause = restartrules.pause_before_restart(rule, done, restarts, max(quick, 1))
         if pause is None:
             break
         restarts += 1
@@ -142,4 +138,4 @@ def leave_message(code: int, status: int, restarts: int) -> None:
         signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
         reason = f"killed by {signal.Signals(signum).name}" if signum else "exited"
         message = termination_message(code, reason)
-    write_termination_message(message + restarting.count_fact(restarts))
+    write_termination_message(message + restartrules.count_fact(restarts))

@@ -2,9 +2,9 @@
 
 A job may keep spare pods (docs/contract.md, "Spare pods"): their container runs ``python
 -m syncreplicas_runtime`` with :data:`TOKEN_ENV` set and no replica's variables. It imports
-what a replica imports, then waits on the metrics port (``sparemode.py``) until the
-operator posts a replica's environment to :data:`ASSIGN_PATH`, and trains as that replica
-from then on, in the same process. This module decides everything about that handover
+what a replica imports, then waits on the metrics port (``spare.py``) until the operator
+posts a replica's environment to ``ASSIGN_PATH`` (foundation/endpoints.py), and trains as
+that replica from then on, in the same process. This module decides everything about that handover
 without doing any of it:
 
 - which variables make a process a spare, and what they must hold (:func:`parse_settings`);
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from .cluster import INCARNATION_ENV, ConfigError, parse_config
-from .restarting import RuleError, parse_rule
+from ..foundation.config import INCARNATION_ENV, ConfigError, parse_config
+from .restartrules import RuleError, parse_rule
 
 # Set by the operator on a spare pod: the spare's secret (hex). Its presence: spare mode.
 TOKEN_ENV: Final = "SYNCREPLICAS_SPARE_TOKEN"
@@ -54,14 +54,10 @@ REQUIRED: Final = (TF_CONFIG, JOB_ENV, INCARNATION_ENV)
 
 # Set by the spare on the replica it became (and so on its warm restarts' forks): the job's
 # model was already built by the replicas it joins, so the replica skips the model check it
-# would otherwise make before it touches the cluster (__main__), which delays the takeover.
+# would otherwise make before it touches the cluster (plain.py), which delays the takeover.
 TOOK_OVER_ENV: Final = "SYNCREPLICAS_TOOK_OVER"
 
-# The HTTP side.
-ASSIGN_PATH: Final = "/spare/assign"
-READY_PATH: Final = "/readyz"
-HEALTH_PATH: Final = "/healthz"
-METRICS_PATH: Final = "/metrics"
+# The HTTP side (its paths: foundation/endpoints.py).
 MAX_BODY_BYTES: Final = 1 << 20
 BEARER: Final = "bearer"
 READY_BODY: Final = b"spare\n"
@@ -110,7 +106,7 @@ class Assignment:
     role: str
     index: int
     incarnation: int
-    warm_restarts: bool  # the replica runs under warm restarts (inplace.py)
+    warm_restarts: bool  # the replica runs under warm restarts (supervisor.py)
 
     @property
     def replica(self) -> str:

@@ -3,7 +3,7 @@
 The operator turns them on per pod (``spec.runPolicy.warmRestarts``, docs/contract.md)
 with three variables; without the first, ``python -m syncreplicas_runtime`` is the replica
 itself and the container ends when it does. With it, the container's process keeps
-TensorFlow imported and forks the replica (``inplace.py``); this module decides, for each
+TensorFlow imported and forks the replica (``supervisor.py``); this module decides, for each
 exit of the replica, whether the container ends with that code or a new replica process
 starts, and after how long:
 
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from .exitcodes import FENCED, NON_RETRYABLE, OK
+from ..foundation.exitcodes import FENCED, NON_RETRYABLE, OK
 
 # Set by the operator on pods whose replicas restart warm: the job's restartPolicy.
 POLICY_ENV: Final = "SYNCREPLICAS_WARM_RESTARTS"
