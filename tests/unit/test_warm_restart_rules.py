@@ -180,7 +180,7 @@ def test_the_warm_start_client_names_the_variables_the_runtime_reads() -> None:
     spare is not forked from a warm-start server (whose child runs the replica alone): the
     operator's client names the variables as the runtime reads them."""
     from syncreplicas_operator.local import warmstart
-    from syncreplicas_runtime import spare
+    from syncreplicas_runtime.launch import sparerules as spare
 
     assert warmstart.WARM_RESTARTS_ENV == restarting.POLICY_ENV
     assert warmstart.SPARE_TOKEN_ENV == spare.TOKEN_ENV

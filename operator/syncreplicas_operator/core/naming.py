@@ -121,11 +121,12 @@ ENV_JOB_NAME: Final = "SYNCREPLICAS_JOB_NAME"
 ENV_NAMESPACE: Final = "SYNCREPLICAS_NAMESPACE"
 ENV_METRICS_PORT: Final = "SYNCREPLICAS_METRICS_PORT"
 ENV_INCARNATION: Final = "SYNCREPLICAS_INCARNATION"
-# Warm restarts (the runtime's restarting.py): the policy, the pod's budget, its count's file.
+# Warm restarts (the runtime's launch/restartrules.py): the policy, the pod's budget, the
+# file of its count.
 ENV_WARM_RESTARTS: Final = "SYNCREPLICAS_WARM_RESTARTS"
 ENV_WARM_RESTART_LIMIT: Final = "SYNCREPLICAS_WARM_RESTART_LIMIT"
 ENV_WARM_RESTART_STATE: Final = "SYNCREPLICAS_WARM_RESTART_STATE"
-# Spares (the runtime's spare.py): the spare's secret (its presence: spare mode) and the file
+# Spares (the runtime's launch/spare.py): the spare's secret (its presence: spare mode) and the file
 # that keeps its assignment across a container restart; the endpoint it is handed one on.
 ENV_SPARE_TOKEN: Final = "SYNCREPLICAS_SPARE_TOKEN"
 ENV_SPARE_STATE: Final = "SYNCREPLICAS_SPARE_STATE"

@@ -39,7 +39,7 @@ class WarmRules(RestartRules, Protocol):
 
 def restarts_warm(run_policy: WarmRules, replica_type: str, chief_restart_policy: str) -> bool:
     """Whether the replica's process is restarted inside its container (the runtime's
-    restarting.py decides each exit). Only where a restart needs no decision of the
+    launch/restartrules.py decides each exit). Only where a restart needs no decision of the
     operator's first: not under ``Never``, and not for a chief whose restart must fail the
     job (``Fail``) or restart everyone else first (``RestartJob``)."""
     if not run_policy.warm_restarts or run_policy.restart_policy == RestartPolicy.NEVER:

@@ -1,7 +1,7 @@
 """Warm restarts that no container restart shows: counted from what the replicas say.
 
 A replica restarted inside its container (``runPolicy.warmRestarts``; the runtime's
-``restarting.py``) leaves the kubelet's ``restartCount`` where it was. The pod's count is
+``launch/restartrules.py``) leaves the kubelet's ``restartCount`` where it was. The pod's count is
 known three ways: its replica's ``syncreplicas_process_restarts`` gauge (read with the
 gradient counters), the ``processRestarts=N`` line its container leaves as it ends, and
 ``status.warmRestarts``, where the operator keeps the highest count seen per pod (a read

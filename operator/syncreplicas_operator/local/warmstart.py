@@ -30,9 +30,9 @@ IMPORT_TIME_PREFIXES = ("PYTHON", "TF_", "CUDA_", "XLA_", "OMP_", "KMP_", "MKL_"
 READ_AFTER_IMPORT = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", "TF_CONFIG",
                                "TF_GRPC_DEFAULT_OPTIONS"})  # fmt: skip
 # Variables that make `python -m syncreplicas_runtime` something other than the replica:
-# the process that forks it again (the runtime's restarting.POLICY_ENV, when not empty) or
-# a spare waiting for a replica's identity (spare.TOKEN_ENV, when set at all). The server's
-# child runs the replica alone, so such a process is started cold.
+# the process that forks it again (the runtime's launch/restartrules.POLICY_ENV, when not
+# empty) or a spare waiting for a replica's identity (launch/sparerules.TOKEN_ENV, when set
+# at all). The server's child runs the replica alone, so such a process is started cold.
 WARM_RESTARTS_ENV = "SYNCREPLICAS_WARM_RESTARTS"
 SPARE_TOKEN_ENV = "SYNCREPLICAS_SPARE_TOKEN"
 

@@ -15,20 +15,12 @@ TensorFlow by the mode itself.
 
 from __future__ import annotations
 
-import faulthandler
 import os
-import signal
 import sys
 from typing import NoReturn
 
 from ..foundation import exitcodes
-from .plain import fail, main, unexpected
-
-
-def stacks_on_sigusr1() -> None:
-    """`kill -USR1` prints every thread's Python stack to stderr (the pod's log): where a
-    process that makes no progress waits."""
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+from .plain import fail, main, stacks_on_sigusr1, unexpected
 
 
 def entry_point() -> int:

@@ -9,6 +9,7 @@ here too: the supervisor and the warm-start server run :func:`main` in a forked 
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import time
@@ -24,10 +25,14 @@ if TYPE_CHECKING:
     from ..process.metrics import RuntimeMetrics
 
 
+def stacks_on_sigusr1() -> None:
+    """`kill -USR1` prints every thread's Python stack to stderr (the pod's log): where a
+    process that makes no progress waits."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def main() -> int:
     """Run this process as the replica its environment names; the exit code it ends with."""
-    from .entry import stacks_on_sigusr1
-
     stacks_on_sigusr1()  # also here: a warm start's child runs main() alone
     from ..foundation.config import STEP_DELAY_ENV, ConfigError, parse_config
     from ..process.exits import Exit
