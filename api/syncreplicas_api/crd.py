@@ -61,7 +61,7 @@ SCALE: Final = {
 # Keys in the order a reader expects them, whatever order the markers came in.
 _KEY_ORDER: Final = (
     "type", "format", "description", "required", "enum", "pattern", "minLength", "maxLength",
-    "minimum", "exclusiveMinimum", "maximum", "maxItems", "default",
+    "minimum", "exclusiveMinimum", "maximum", "minItems", "maxItems", "default",
     "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type",
     "x-kubernetes-list-map-keys", "x-kubernetes-validations", "items", "properties",
 )  # fmt: skip
@@ -135,7 +135,7 @@ def _type(base: Any, metadata: tuple[Any, ...], where: str) -> Schema:
         elif isinstance(mark, GoPattern):
             node["pattern"] = mark.pattern
         elif isinstance(mark, annotated_types.MinLen):
-            node["minLength"] = mark.min_length
+            node["minItems" if node["type"] == "array" else "minLength"] = mark.min_length
         elif isinstance(mark, annotated_types.MaxLen):
             node["maxItems" if node["type"] == "array" else "maxLength"] = mark.max_length
         elif isinstance(mark, annotated_types.Ge):

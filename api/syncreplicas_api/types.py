@@ -11,7 +11,7 @@ from typing import Annotated, Any, ClassVar, Final, Protocol
 
 from pydantic import Field, model_validator
 
-from . import containers, resource
+from . import containers, optimizers, resource
 from .enums import ChiefRestartPolicy, CleanPodPolicy, GangScheduler, Optimizer, RestartPolicy
 from .fields import (
     ApiModel,
@@ -26,6 +26,7 @@ from .fields import (
     Str,
     TransitionRule,
 )
+from .schedules import LearningRateSchedule
 from .templates import (
     MAX_IMAGE_LENGTH,
     RUNTIME_OR_IMAGE,
@@ -80,13 +81,55 @@ class ModelSpec(ApiModel):
 
 
 class TrainingSpec(ApiModel):
-    """``spec.training``: optimizer, batch, steps and checkpoints."""
+    """``spec.training``: optimizer, learning rate, batch, steps and checkpoints."""
 
+    cel_rules = optimizers.RULES
     optimizer: Optimizer = Field(
         Optimizer.SGD, description="Optimizer wrapped by SyncReplicasOptimizer."
     )
     learning_rate: Annotated[Number, CelBounds()] = Field(
-        0.1, gt=0, description="Learning rate, > 0."
+        0.1,
+        gt=0,
+        description="Learning rate, > 0; with learningRateSchedule, the rate after the "
+        "warm-up, before any decay.",
+    )
+    learning_rate_schedule: LearningRateSchedule | None = Field(
+        None,
+        description="The learning rate as a function of the global step at which an update "
+        "is applied (every gradient of one update has the same rate); absent: learningRate "
+        "throughout.",
+    )
+    momentum: Annotated[Number, CelBounds()] | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="momentum and rmsprop: the momentum, in [0, 1] (default 0.9 for "
+        "momentum, 0 for rmsprop).",
+    )
+    nesterov: Bool | None = Field(
+        None, description="momentum: Nesterov's momentum (default false)."
+    )
+    beta1: Annotated[Number, CelBounds()] | None = Field(
+        None, ge=0, le=1, description="adam: the first moment's decay, in [0, 1] (default 0.9)."
+    )
+    beta2: Annotated[Number, CelBounds()] | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="adam: the second moment's decay, in [0, 1] (default 0.999).",
+    )
+    epsilon: Annotated[Number, CelBounds()] | None = Field(
+        None,
+        gt=0,
+        description="adam and rmsprop: the constant added for numerical stability, > 0 "
+        "(default 1e-8 for adam, 1e-10 for rmsprop).",
+    )
+    clip_gradient_norm: Annotated[Number, CelBounds()] | None = Field(
+        None,
+        gt=0,
+        description="Clip each replica's gradient to this global norm (over all its "
+        "variables) before it is pushed, so one replica's outlier batch cannot dominate an "
+        "update; absent: no clipping.",
     )
     batch_size: Int32 = Field(32, ge=1, description="Examples per replica per step.")
     max_steps: Int64 = Field(

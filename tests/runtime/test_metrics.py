@@ -19,7 +19,8 @@ REPLICA_NAMES = [
     "syncreplicas_gradient_staleness_steps_bucket", "syncreplicas_gradients_pushed_total",
     "syncreplicas_stale_gradients_dropped_total", "syncreplicas_tokens_consumed_total",
     "syncreplicas_token_wait_seconds_bucket", "syncreplicas_step_duration_seconds_bucket",
-    "syncreplicas_examples_total", "syncreplicas_loss", "syncreplicas_replica_phase",
+    "syncreplicas_examples_total", "syncreplicas_loss", "syncreplicas_learning_rate",
+    "syncreplicas_replica_phase",
 ]
 CHIEF_NAMES = ["syncreplicas_chief_restarts_total", "syncreplicas_restored_step",
                "syncreplicas_checkpoint_step"]
@@ -29,7 +30,8 @@ COORDINATOR_NAMES = ["syncreplicas_token_queue_depth",
                      "syncreplicas_replicas_to_aggregate", "syncreplicas_live_replicas",
                      "syncreplicas_spec_replicas_to_aggregate"]
 # Values a process only knows once it has read them from the PS (or run a step).
-UNKNOWN_AT_START = ["syncreplicas_global_step", "syncreplicas_local_step", "syncreplicas_loss"]
+UNKNOWN_AT_START = ["syncreplicas_global_step", "syncreplicas_local_step", "syncreplicas_loss",
+                    "syncreplicas_learning_rate"]
 CHIEF_UNKNOWN_AT_START = ["syncreplicas_restored_step", "syncreplicas_checkpoint_step"]
 
 

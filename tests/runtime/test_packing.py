@@ -110,8 +110,9 @@ class LocalTrainer:
 
     def __init__(self, target: str, optimizer: str, packed: bool) -> None:
         import tensorflow as tf
+        from syncreplicas_api.types import TrainingSpec
         from syncreplicas_runtime.graph.packing import local_model_variables, pack
-        from syncreplicas_runtime.graph.training import make_optimizer
+        from syncreplicas_runtime.graph.rates import make_optimizer
         from syncreplicas_runtime.model.contract import build_model
 
         from tests.runtime import packmodels
@@ -124,7 +125,7 @@ class LocalTrainer:
                 self.model = build_model(packmodels.build, entrypoint="packmodels:build",
                                          args={}, replica=0, num_replicas=1, batch_size=8,
                                          seed=0)
-            opt = make_optimizer(optimizer, 0.05)
+            opt = make_optimizer(TrainingSpec(optimizer=optimizer), 0.05)
             gvs = opt.compute_gradients(self.model.loss)
             self.packing = pack(gvs, copies, 1, own) if packed else None
             if self.packing is not None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
+import http.client
 import json
 import os
 import signal
@@ -242,10 +243,11 @@ class LocalCluster:
             return str(resp.read().decode())
 
     def try_metrics_text(self, role: str, index: int = 0) -> str | None:
-        """Like metrics_text, None instead of an error (process starting or gone)."""
+        """Like metrics_text, None instead of an error (process starting or gone, or
+        ending while it answers: an incomplete body)."""
         try:
             return self.metrics_text(role, index)
-        except (OSError, urllib.error.URLError):
+        except (OSError, urllib.error.URLError, http.client.HTTPException):
             return None
 
     def log(self, role: str, index: int = 0) -> str:

@@ -54,6 +54,7 @@ from ..sync.names import (
 from ..sync.protocol import token_queue
 from .packing import Packing, local_model_variables, pack
 from .pushonce import push_once
+from .rates import clip, learning_rate, make_optimizer
 from .seqlock import SeqLock, add_seqlock
 
 v1 = tf.compat.v1
@@ -82,20 +83,6 @@ def tokens_per_replica(total: int, replicas_to_aggregate: int,
         extra = initial // total + (1 if i < initial % total else 0)
         out.append((base, extra))
     return out
-
-
-def make_optimizer(name: str, learning_rate: float) -> Any:
-    if name == "sgd":
-        return v1.train.GradientDescentOptimizer(learning_rate)
-    if name == "momentum":
-        return v1.train.MomentumOptimizer(learning_rate, momentum=0.9)
-    if name == "adagrad":
-        return v1.train.AdagradOptimizer(learning_rate)
-    if name == "adam":
-        return v1.train.AdamOptimizer(learning_rate)
-    if name == "rmsprop":
-        return v1.train.RMSPropOptimizer(learning_rate)
-    raise ValueError(f"unknown optimizer {name!r}")
 
 
 def stock_pieces(sync_opt: Any) -> tuple[list[Any], Any]:
@@ -198,10 +185,17 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                 built = build_model(model_fn, entrypoint=cfg.model.entrypoint,
                                     args=cfg.model.args, replica=replica, num_replicas=total,
                                     batch_size=t.batch_size, seed=t.seed)
-            opt = make_optimizer(t.optimizer, t.learning_rate)
+            if built.learning_rate is not None and t.learning_rate_schedule is not None:
+                raise ModelError("the model returns a learning_rate and the job sets "
+                                 "training.learningRateSchedule: one or the other")
+            with tf.device(SYNC_STATE_DEVICE):
+                rate = (built.learning_rate if built.learning_rate is not None else
+                        learning_rate(t.learning_rate, t.learning_rate_schedule, global_step))
+            opt = make_optimizer(t, rate)
             sync_opt = v1.train.SyncReplicasOptimizer(
                 opt, replicas_to_aggregate=cfg.replicas_to_aggregate, total_num_replicas=total)
-            gvs = sync_opt.compute_gradients(built.loss)
+            # Clipped here, before packing: the norm is over the model's own variables.
+            gvs = clip(sync_opt.compute_gradients(built.loss), t.clip_gradient_norm)
             packing = (pack(gvs, copies, cfg.parameter_servers, own, t.pack_min_bytes_per_ps)
                        if copies else None)
             if packing is not None:
@@ -277,8 +271,12 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             # and never a step, so its copies are never read, written or allocated.
             local_init_op = tf.group(local_init_op,
                                      packing.refresh([sync_opt.local_step_init_op]))
+        if not isinstance(rate, tf.Tensor):
+            with tf.device(own):  # a constant rate: no read from PS 0 to report it
+                rate = tf.constant(rate, tf.float32)
         fetches = {"train": train_op, "loss": built.loss, "gs_at_push": gs_at_push,
-                   "gs_after": gs_after, "t_pushed": t_pushed, "t_token": t_token}
+                   "gs_after": gs_after, "t_pushed": t_pushed, "t_token": t_token,
+                   "learning_rate": rate}
         # Rejoining a running epoch: an earlier process of this replica may have pushed its
         # gradient for the current step and died waiting for the token, or still wait for
         # it (a partitioned process, fenced off: its pending take is served first). That

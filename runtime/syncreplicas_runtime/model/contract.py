@@ -9,11 +9,17 @@ A model is a function that builds one replica's part of a TF1 graph and returns 
             "feed": next_feed,             # optional: callable(step: int) -> feed_dict
             "eval": {"accuracy": acc},     # optional: scalar tensors the chief evaluates
             "eval_feed": eval_feed_dict,   # optional: feed_dict for the eval tensors
+            "learning_rate": rate,         # optional: scalar float tensor, the rate of the
+                                           # update at tf.compat.v1.train.get_global_step()
         }
 
 or, with tf.data input, ``"dataset"`` (a finite dataset of single examples) and ``"loss"`` as
 a callable that gets this replica's batch (the dataset's element structure, batched) and
 returns the scalar loss; the runtime shards, shuffles, batches and positions it (data.py).
+
+A ``learning_rate`` of the model's replaces ``training.learningRate`` for any schedule
+that ``training.learningRateSchedule`` cannot say (a job may set one or the other); the
+runtime evaluates it on PS 0 in each update, at the update's global step.
 
 ``replica`` is 0 for the chief and 1 + i for worker i. ``feed(step)`` gets the global step
 at which the replica reads the variables, so data can be a deterministic function of
@@ -42,6 +48,7 @@ class BuiltModel:
     eval: Mapping[str, Any] = field(default_factory=dict)
     eval_feed: Mapping[Any, Any] | None = None
     input: Any = None  # data.DatasetInput when the model returned a "dataset"
+    learning_rate: Any = None  # the model's own rate tensor, if it returned one
 
     def feed_for(self, sess: Any, step: int) -> Mapping[Any, Any] | None:
         """The feed_dict of a training step at global ``step`` (positions tf.data input)."""
@@ -85,7 +92,7 @@ def build_model(func: Callable[..., Any], *, entrypoint: str, args: Mapping[str,
         raise ModelError(f"model {entrypoint!r} {explain_build_error(err)}") from err
     if not isinstance(out, Mapping):
         raise ModelError(f"model {entrypoint!r} must return a mapping, got {type(out).__name__}")
-    unknown = set(out) - {"loss", "feed", "eval", "eval_feed", "dataset"}
+    unknown = set(out) - {"loss", "feed", "eval", "eval_feed", "dataset", "learning_rate"}
     if unknown:
         raise ModelError(f"model {entrypoint!r} returned unknown keys {sorted(unknown)}")
     if not isinstance(loss, tf.Tensor) or loss.shape.rank != 0 or not loss.dtype.is_floating:
@@ -100,8 +107,13 @@ def build_model(func: Callable[..., Any], *, entrypoint: str, args: Mapping[str,
         for k, v in evals.items()
     ):
         raise ModelError(f"model {entrypoint!r}: 'eval' must map names to scalar tensors")
+    rate = out.get("learning_rate")
+    if rate is not None and (not isinstance(rate, tf.Tensor) or rate.shape.rank != 0
+                             or not rate.dtype.is_floating):
+        raise ModelError(f"model {entrypoint!r}: 'learning_rate' must be a scalar float "
+                         f"tensor, got {rate!r}")
     return BuiltModel(loss=loss, feed=feed, eval=dict(evals), eval_feed=out.get("eval_feed"),
-                      input=inp)
+                      input=inp, learning_rate=rate)
 
 
 def _dataset_input(out: Any, **where: int) -> tuple[Any, Any]:

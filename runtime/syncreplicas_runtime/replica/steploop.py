@@ -93,6 +93,7 @@ class StepLoop:
         m.step_duration.observe(took + delay)
         m.examples.inc(ctx.cfg.training.batch_size)
         m.loss.set(float(out["loss"]))
+        m.learning_rate.set(float(out["learning_rate"]))
         ctx.local_steps += 1
         if ctx.local_steps == 1:
             ctx.log(f"first step done at unix time {time.time():.3f} "
