@@ -169,6 +169,22 @@ class JobStatus(ApiModel):
         description="The replica whose gradients are dropped as stale most, while its share "
         "is above the threshold (present with the StragglerDetected condition).",
     )
+    progress: Str | None = Field(
+        None, description="globalStep as a share of spec.training.maxSteps, e.g. 42%."
+    )
+    steps_per_second: Number | None = Field(
+        None,
+        description="Global steps per second: a moving average over the operator's reads of "
+        "the global step.",
+    )
+    eta: Str | None = Field(
+        None,
+        description="Time left to maxSteps at stepsPerSecond, when last computed (e.g. 3m20s); "
+        "absent once maxSteps is reached.",
+    )
+    estimated_completion_time: DateTime | None = Field(
+        None, description="When the job should reach maxSteps at stepsPerSecond."
+    )
     last_progress_time: DateTime | None = Field(
         None,
         description="When globalStep last advanced (or the job started running): the Stalled "

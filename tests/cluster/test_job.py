@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from syncreplicas_api.schedules import LearningRateSchedule, rate_at
 
 from tests.cluster import kube
 from tests.cluster.slowjob import paced_template, step_delay
@@ -49,6 +51,8 @@ def users_job(namespace: str, max_steps: int, delay_ms: int = 0) -> dict[str, An
     PersistentVolumeClaim (README, "Pod templates"); ``delay_ms`` as for linear_job."""
     job = linear_job(max_steps)
     job["spec"]["model"] = {"entrypoint": "user_model:build"}
+    # The rate a model author tunes: a warm-up, a cosine decay, clipped gradients.
+    job["spec"]["training"].update({"learningRateSchedule": SCHEDULE, "clipGradientNorm": 10.0})
     job["spec"]["template"] = {"spec": {
         "containers": [{
             "name": "tensorflow",
@@ -70,6 +74,7 @@ def users_job(namespace: str, max_steps: int, delay_ms: int = 0) -> dict[str, An
 
 
 CHECKPOINT_DIR = "/var/lib/syncreplicas/checkpoints"
+SCHEDULE = {"decay": "Cosine", "warmupSteps": 50, "decaySteps": 500, "alpha": 0.1}
 
 
 def provide_storage(namespace: str) -> Path:
@@ -197,6 +202,14 @@ def _watch_training(namespace: str, volume: Path) -> None:
     # The model that trained is the user's (its variables are in the checkpoint).
     chief_log = kube.kubectl("logs", "-n", namespace, f"{JOB_NAME}-chief-0").stdout
     assert "eval at global step" in chief_log and "accuracy=" in chief_log, chief_log[-2000:]
+    # Its rate at every logged step is the schedule's closed form at that step.
+    rates = [(int(m[1]), float(m[2]))
+             for m in re.finditer(r"global_step=(\d+) .* lr=(\S+)", chief_log)]  # fmt: skip
+    assert len(rates) >= 3, chief_log[-2000:]
+    schedule = LearningRateSchedule.model_validate(SCHEDULE)
+    rate = job["spec"]["training"]["learningRate"]
+    for step, logged in rates:
+        assert logged == pytest.approx(rate_at(rate, schedule, step), rel=1e-5), (step, rates)
     # RBAC is enforced: the chart gave the operator every verb this job needed.
     assert not kube.operator_refusals()
 

@@ -45,6 +45,14 @@ def logged_steps(log: str) -> list[tuple[int, float]]:
     return [(int(m[1]), float(m[4])) for m in LOG_LINE.finditer(log)]
 
 
+RATE = re.compile(r"global_step=(\d+) .* lr=([-\d.e+naif]+)")
+
+
+def logged_rates(log: str) -> list[tuple[int, float]]:
+    """(global step, learning rate) of every periodic log line."""
+    return [(int(m[1]), float(m[2])) for m in RATE.finditer(log)]
+
+
 class StepDelay:
     """A step delay every replica reads from one file while it trains (the runtime's
     ``SYNCREPLICAS_DEBUG_STEP_DELAY_MS=@FILE``): slow while a test needs time to pass in

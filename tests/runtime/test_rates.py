@@ -16,7 +16,7 @@ from syncreplicas_api.types import TrainingSpec
 from syncreplicas_runtime.foundation.config import STEP_DELAY_ENV
 from syncreplicas_runtime.models import linear
 
-from tests.runtime.rtutil import linear_job, runtime_env
+from tests.runtime.rtutil import linear_job, logged_rates, runtime_env
 from tests.support.tfcluster import metric_value, start_cluster
 
 SCHEDULES = [
@@ -120,15 +120,22 @@ def test_a_job_with_a_schedule_and_clipping_equals_large_batch_sgd_with_them(
     ckpt = tmp_path / "ckpt"
     job = linear_job(training__maxSteps=steps, training__learningRate=lr,
                      training__learningRateSchedule=schedule, training__clipGradientNorm=clip,
-                     training__checkpointDir=str(ckpt), training__checkpointEverySteps=10)
+                     training__checkpointDir=str(ckpt), training__checkpointEverySteps=10,
+                     training__logEverySteps=4)
     with start_cluster(job, workers=1, ps=1, workdir=tmp_path, env=runtime_env()) as cluster:
         codes = cluster.wait(timeout=240)
         logs = cluster.logs()
+        chief = cluster.log("chief", 0)
     assert codes == {("ps", 0): 0, ("chief", 0): 0, ("worker", 0): 0}, logs
 
     import tensorflow as tf
 
     parsed = LearningRateSchedule.model_validate(schedule)
+    # The rate the job reports at every logged step is the closed form's at that step.
+    logged = logged_rates(chief)
+    assert len(logged) >= 5, chief
+    for step, rate in logged:
+        assert rate == pytest.approx(rate_at(lr, parsed, step), rel=1e-5), (step, chief)
     w_ref, b_ref = reference(steps, 2, 8, 4, lambda s: rate_at(lr, parsed, s), clip)
     unclipped, _ = reference(steps, 2, 8, 4, lambda s: rate_at(lr, parsed, s), None)
     constant, _ = reference(steps, 2, 8, 4, lambda s: lr, clip)

@@ -705,6 +705,10 @@ def test_a_full_status_fits_the_schema() -> None:
             "since": "2026-01-02T03:04:05Z",
         },
         "lastProgressTime": "2026-01-02T03:04:05Z",
+        "progress": "42%",
+        "stepsPerSecond": 8.5,
+        "eta": "3m20s",
+        "estimatedCompletionTime": "2026-01-02T03:07:25Z",
         "chiefRestarts": 1,
         "chief": {"uid": "3c1e", "restartCount": 1},
         "restartJob": {"round": 1, "since": "2026-01-02T03:04:05Z"},
@@ -721,8 +725,8 @@ def test_a_full_status_fits_the_schema() -> None:
     }
     manifest = {**minimal(), "status": status}
     assert crd_problems(manifest) == []
-    assert crd_problems({**minimal(), "status": {**status, "progress": 1}}) == [
-        ("status.progress", "unknown field")
+    assert crd_problems({**minimal(), "status": {**status, "percentDone": 1}}) == [
+        ("status.percentDone", "unknown field")
     ]
 
 

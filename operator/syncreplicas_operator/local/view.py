@@ -20,7 +20,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..core import metricnames, naming
+from ..core import eta, metricnames, naming
 from .scrape import Sample
 from .series import eval_label, eval_series
 
@@ -91,6 +91,8 @@ def render(model: ViewModel) -> Group:
     head.append(f"{model.job}  ", style="bold")
     step = "-" if model.global_step is None else f"{int(model.global_step)}"
     head.append(f"global step {step}/{model.max_steps}  ")
+    if progress := eta.summary(model.global_step, model.max_steps, model.steps_per_second):
+        head.append(f"({progress})  ")
     head.append(f"{_fmt(model.steps_per_second, '.2f')} steps/s  ")
     head.append(f"loss {_fmt(model.loss)}  ")
     if model.eval_name:
@@ -129,6 +131,7 @@ def plain_line(model: ViewModel) -> str:
     restarts = sum(s.restarts for s in model.replicas.values())
     text = (
         f"[{model.elapsed:6.1f}s] step {step}/{model.max_steps} "
+        f"({eta.summary(model.global_step, model.max_steps, model.steps_per_second) or '-'}) "
         f"{_fmt(model.steps_per_second, '.2f')} steps/s loss {_fmt(model.loss)} "
         f"queue {_fmt(model.queue_depth, '.0f')} restarts {restarts}"
     )

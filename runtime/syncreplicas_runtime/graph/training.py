@@ -271,12 +271,15 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
             # and never a step, so its copies are never read, written or allocated.
             local_init_op = tf.group(local_init_op,
                                      packing.refresh([sync_opt.local_step_init_op]))
-        if not isinstance(rate, tf.Tensor):
-            with tf.device(own):  # a constant rate: no read from PS 0 to report it
-                rate = tf.constant(rate, tf.float32)
+        with tf.device(own):
+            # Reported: the rate of the update at the global step this step ends at (the
+            # next update's, unless another comes first), from the step already read; a
+            # model's own rate as it was when read during the step.
+            reported = (rate if built.learning_rate is not None else tf.cast(
+                learning_rate(t.learning_rate, t.learning_rate_schedule, gs_after), tf.float32))
         fetches = {"train": train_op, "loss": built.loss, "gs_at_push": gs_at_push,
                    "gs_after": gs_after, "t_pushed": t_pushed, "t_token": t_token,
-                   "learning_rate": rate}
+                   "learning_rate": reported}
         # Rejoining a running epoch: an earlier process of this replica may have pushed its
         # gradient for the current step and died waiting for the token, or still wait for
         # it (a partitioned process, fenced off: its pending take is served first). That

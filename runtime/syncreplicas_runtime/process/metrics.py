@@ -88,8 +88,9 @@ class RuntimeMetrics:
                                        registry=r)
         self.examples = Counter("syncreplicas_examples_total", "Examples trained on", registry=r)
         self.loss = KnownGauge("syncreplicas_loss", "Training loss of the last step", r)
-        self.learning_rate = KnownGauge("syncreplicas_learning_rate",
-                                        "Learning rate at the global step of the last step", r)
+        self.learning_rate = KnownGauge(
+            "syncreplicas_learning_rate",
+            "Learning rate of the update at the global step the last step ended at", r)
         self.sync_resets = Counter("syncreplicas_sync_resets_total",
                                    "Times this replica rejoined after the sync state was reset",
                                    registry=r)

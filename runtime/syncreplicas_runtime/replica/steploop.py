@@ -107,7 +107,8 @@ class StepLoop:
             now = time.monotonic()
             rate = (self.tag - self.window_step) / max(now - self.window_start, 1e-9)
             ctx.log(f"global_step={self.tag} local_step={ctx.local_steps} "
-                    f"steps/s={rate:.1f} loss={float(out['loss']):.6g}")
+                    f"steps/s={rate:.1f} loss={float(out['loss']):.6g} "
+                    f"lr={float(out['learning_rate']):.6g}")
             self.window_start, self.window_step = now, self.tag
         return self.tag
 

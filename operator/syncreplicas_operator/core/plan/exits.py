@@ -12,6 +12,7 @@ from ..status import ObservedPod, exit_summary, find_condition
 from .chief import chief_restarted
 from .context import PlanContext
 from .lifecycle import fail, finish
+from .progress import report_eta
 
 
 def handle_exits(ctx: PlanContext) -> bool:
@@ -110,6 +111,7 @@ def final_step(ctx: PlanContext, chief: ObservedPod) -> int | None:
     if step != known:
         ctx.status["globalStep"] = step
         ctx.status["lastProgressTime"] = ctx.timestamp
+    report_eta(ctx, step)
     return step
 
 

@@ -4,10 +4,10 @@ step with the time it last moved (the stall clock).
 
 from __future__ import annotations
 
-from .. import naming, recovery
+from .. import eta, naming, recovery
 from ..actions import NORMAL, WARNING
 from ..status import POD_FAILED, POD_RUNNING, condition_is_true, exit_summary, is_stalled
-from ..timefmt import parse_time
+from ..timefmt import format_time, parse_time
 from .context import PlanContext
 
 
@@ -88,14 +88,37 @@ def report_degraded(ctx: PlanContext, lost: list[str]) -> None:
 
 
 def track_step(ctx: PlanContext, is_running: bool) -> None:
-    """status.globalStep as read, and lastProgressTime when it moved."""
+    """status.globalStep as read, and lastProgressTime when it moved; the progress and the
+    estimated completion from the steps since the last move."""
     step = ctx.observed.global_step
     if step is not None and step != ctx.status.get("globalStep"):
+        moved_from, moved_at = ctx.status.get("globalStep"), parse_time(
+            ctx.status.get("lastProgressTime"))
         ctx.status["globalStep"] = step
         ctx.status["lastProgressTime"] = ctx.timestamp
+        if isinstance(moved_from, int) and moved_at is not None:
+            rate = eta.step_rate(ctx.status.get("stepsPerSecond"), step - moved_from,
+                                 (ctx.now - moved_at).total_seconds())
+            if rate is not None:
+                ctx.status["stepsPerSecond"] = float(f"{rate:.3g}")
+        report_eta(ctx, step)
     elif is_running and "lastProgressTime" not in ctx.status:
         # The stall clock starts when the job starts running.
         ctx.status["lastProgressTime"] = ctx.timestamp
+
+
+def report_eta(ctx: PlanContext, step: int) -> None:
+    """status.progress, and eta with estimatedCompletionTime while the job has a rate and
+    steps to go (none once maxSteps is reached)."""
+    max_steps = ctx.spec.training.max_steps
+    ctx.status["progress"] = eta.percent(step, max_steps)
+    left = eta.remaining_seconds(step, max_steps, ctx.status.get("stepsPerSecond"))
+    if left:
+        ctx.status["eta"] = eta.duration(left)
+        ctx.status["estimatedCompletionTime"] = format_time(eta.completion(ctx.now, left))
+    else:
+        ctx.status.pop("eta", None)
+        ctx.status.pop("estimatedCompletionTime", None)
 
 
 def report_stalled(ctx: PlanContext, lost: list[str], is_running: bool) -> None:
