@@ -118,9 +118,10 @@ def srj(namespace: str, name: str = JOB_NAME) -> dict[str, Any]:
 def test_a_users_job_trains_to_max_steps_in_real_pods(namespace: str) -> None:
     volume = provide_storage(namespace)
     try:
-        # Slow enough steps that it still trains while the test looks into its pods (600
-        # steps at 50 ms: at least 30 s), few enough that it costs little CPU.
-        apply(namespace, users_job(namespace, max_steps=600, delay_ms=50))
+        # Slow enough steps that it still trains while the test looks into its pods and the
+        # operator reads the step often enough for a rate (every 15 s; 600 steps at 100 ms:
+        # at least 60 s), few enough that it costs little CPU.
+        apply(namespace, users_job(namespace, max_steps=600, delay_ms=100))
         _watch_training(namespace, volume)
     except AssertionError as error:
         raise AssertionError(f"{error}\n{kube.describe(namespace, 'srj', JOB_NAME)}") from error
@@ -159,6 +160,17 @@ def _watch_training(namespace: str, volume: Path) -> None:
 
     kube.eventually("`kubectl get srj` shows Running and a global step", training_shown, 240, 0.5)
 
+    # ... and, once the operator has seen the step move twice, its progress and an ETA.
+    def eta_shown() -> bool:
+        line = kube.kubectl("get", "srj", JOB_NAME, "-n", namespace, "--no-headers").stdout
+        seen.append(line.strip())
+        fields = line.split()
+        # NAME PHASE STEP READY PROGRESS ETA AGE
+        return (len(fields) >= 7 and fields[4].endswith("%")
+                and re.fullmatch(r"(\d+[dhm])?\d+[hms]", fields[5]) is not None)
+
+    kube.eventually("`kubectl get srj` shows the progress and an ETA", eta_shown, 120, 1.0)
+
     # The pods run the runtime image as the non-root user of the image and the chart, in
     # one container (the template's `tensorflow` one, merged into the runtime's).
     ps = f"{JOB_NAME}-ps-0"
@@ -191,9 +203,12 @@ def _watch_training(namespace: str, volume: Path) -> None:
 
     # PS pods never outlive the job (cleanPodPolicy Running); the chief's checkpoints are on
     # its persistent volume, the last one at the final step.
+    # (The PS ends itself a second after the chief says it is done: the operator deletes
+    # it when it sees the chief's success first, else it has already Succeeded.)
     kube.eventually(
-        "the PS pod is deleted after success",
-        lambda: not kube.pods(namespace, f"{LABEL}={JOB_NAME},syncreplicas.io/replica-type=ps"),
+        "the PS pod is deleted or ended after success",
+        lambda: all(p["status"].get("phase") in ("Succeeded", "Failed") for p in
+                    kube.pods(namespace, f"{LABEL}={JOB_NAME},syncreplicas.io/replica-type=ps")),
         60,
     )
     index = volume / "checkpoint"
