@@ -121,6 +121,24 @@ class Rule(Generic[Node]):
         return out
 
 
+def only_with(field: str, attribute: str, selector: str, values: Sequence[str],
+              where: str) -> Rule[Any]:
+    """A field (``field`` in the manifest, ``attribute`` in Python) that only some values of
+    its sibling ``selector`` give a meaning: refused by name under any other. An absent
+    selector is its default, which must not be one of ``values``."""
+    allowed = " || ".join(f"self.{selector} == '{v}'" for v in values)
+    words = " or ".join(str(v) for v in values)
+
+    def check(node: Any) -> list[tuple[str, str]]:
+        if getattr(node, attribute) is not None and getattr(node, selector) not in values:
+            return [(field, f"applies to {selector} {words} only")]
+        return []
+
+    return Rule(f"!has(self.{field}) || (has(self.{selector}) && ({allowed}))",
+                f"{where}.{field} applies to {selector} {words} only", check,
+                field_path=f".{field}")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class TransitionRule(Generic[Node]):
     """A rule between the stored object and its update (CEL's ``oldSelf``), declared once in

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from .enums import Optimizer
-from .fields import Rule
+from .fields import only_with
 
 # Setting (manifest name, Python name) -> the optimizers it applies to.
 APPLIES_TO: Final = {
@@ -39,21 +39,6 @@ def setting(training: Any, name: str) -> Any:
     return DEFAULTS[(training.optimizer, name)] if value is None else value
 
 
-def only_for(field: str, attribute: str) -> Rule[Any]:
-    """A field of spec.training that only some optimizers have."""
-    optimizers = APPLIES_TO[(field, attribute)]
-    allowed = " || ".join(f"self.optimizer == '{o}'" for o in optimizers)
-    words = " or ".join(str(o) for o in optimizers)
-
-    def check(training: Any) -> list[tuple[str, str]]:
-        if getattr(training, attribute) is not None and training.optimizer not in optimizers:
-            return [(field, f"applies to optimizer {words} only")]
-        return []
-
-    # The default optimizer (sgd) is not written out when absent: has() first.
-    return Rule(f"!has(self.{field}) || (has(self.optimizer) && ({allowed}))",
-                f"training.{field} applies to optimizer {words} only", check,
-                field_path=f".{field}")  # fmt: skip
-
-
-RULES: Final = tuple(only_for(field, attribute) for field, attribute in APPLIES_TO)
+# The default optimizer (sgd) has none of these settings.
+RULES: Final = tuple(only_with(field, attribute, "optimizer", optimizers, "training")
+                     for (field, attribute), optimizers in APPLIES_TO.items())

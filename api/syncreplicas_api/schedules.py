@@ -23,7 +23,7 @@ from typing import Annotated, Final
 
 from pydantic import Field
 
-from .fields import ApiModel, Bool, CelBounds, Int64, Number, Rule
+from .fields import ApiModel, Bool, CelBounds, Int64, Number, Rule, only_with
 
 MAX_PIECES: Final = 64  # bounds the cost of the rule over ``steps`` (pairs of items)
 
@@ -45,51 +45,30 @@ class RateStep(ApiModel):
 
 
 WHERE = "training.learningRateSchedule"
+# (manifest name, Python name) of each setting -> the decays it applies to; the default
+# decay (None) has none of them.
 _ONLY = {
-    "decayRate": (Decay.EXPONENTIAL,),
-    "staircase": (Decay.EXPONENTIAL,),
-    "decaySteps": (Decay.EXPONENTIAL, Decay.COSINE),
-    "alpha": (Decay.COSINE,),
-    "steps": (Decay.PIECEWISE,),
+    ("decayRate", "decay_rate"): (Decay.EXPONENTIAL,),
+    ("staircase", "staircase"): (Decay.EXPONENTIAL,),
+    ("decaySteps", "decay_steps"): (Decay.EXPONENTIAL, Decay.COSINE),
+    ("alpha", "alpha"): (Decay.COSINE,),
+    ("steps", "steps"): (Decay.PIECEWISE,),
 }
 _NEEDS = {
-    Decay.EXPONENTIAL: ("decaySteps", "decayRate"),
-    Decay.COSINE: ("decaySteps",),
-    Decay.PIECEWISE: ("steps",),
+    Decay.EXPONENTIAL: (("decaySteps", "decay_steps"), ("decayRate", "decay_rate")),
+    Decay.COSINE: (("decaySteps", "decay_steps"),),
+    Decay.PIECEWISE: (("steps", "steps"),),
 }
 
 
-def _set(schedule: LearningRateSchedule, name: str) -> bool:
-    return getattr(schedule, _snake(name)) is not None
-
-
-def _snake(name: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
-
-
-def _only_for(name: str) -> Rule[LearningRateSchedule]:
-    decays = _ONLY[name]
-    allowed = " || ".join(f"self.decay == '{d}'" for d in decays)
-    words = " or ".join(str(d) for d in decays)
-
+def _needed_by(decay: Decay, field: str, attribute: str) -> Rule[LearningRateSchedule]:
     def check(schedule: LearningRateSchedule) -> list[tuple[str, str]]:
-        if _set(schedule, name) and schedule.decay not in decays:
-            return [(name, f"applies to decay {words} only")]
+        if schedule.decay == decay and getattr(schedule, attribute) is None:
+            return [(field, f"is required with decay {decay}")]
         return []
 
-    return Rule(f"!has(self.{name}) || ({allowed})",
-                f"{WHERE}.{name} applies to decay {words} only", check,
-                field_path=f".{name}")  # fmt: skip
-
-
-def _needed_by(decay: Decay, name: str) -> Rule[LearningRateSchedule]:
-    def check(schedule: LearningRateSchedule) -> list[tuple[str, str]]:
-        if schedule.decay == decay and not _set(schedule, name):
-            return [(name, f"is required with decay {decay}")]
-        return []
-
-    return Rule(f"self.decay != '{decay}' || has(self.{name})",
-                f"{WHERE}.{name} is required with decay {decay}", check)  # fmt: skip
+    return Rule(f"self.decay != '{decay}' || has(self.{field})",
+                f"{WHERE}.{field} is required with decay {decay}", check)  # fmt: skip
 
 
 def _steps_distinct(schedule: LearningRateSchedule) -> list[tuple[str, str]]:
@@ -102,8 +81,10 @@ class LearningRateSchedule(ApiModel):
     """``spec.training.learningRateSchedule``: a warm-up and a decay of ``learningRate``."""
 
     cel_rules = (
-        *(_only_for(name) for name in _ONLY),
-        *(_needed_by(decay, name) for decay, names in _NEEDS.items() for name in names),
+        *(only_with(field, attribute, "decay", decays, WHERE)
+          for (field, attribute), decays in _ONLY.items()),
+        *(_needed_by(decay, field, attribute)
+          for decay, needed in _NEEDS.items() for field, attribute in needed),
         Rule(
             "!has(self.steps) || self.steps.all(a, self.steps.exists_one(b, b.step == a.step))",
             f"{WHERE}.steps: every step at most once",
