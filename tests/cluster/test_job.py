@@ -23,6 +23,7 @@ from syncreplicas_api.schedules import LearningRateSchedule, rate_at
 
 from tests.cluster import kube
 from tests.cluster.slowjob import paced_template, step_delay
+from tests.runtime.rtutil import logged_rates
 
 JOB_NAME = "linear"
 LABEL = "syncreplicas.io/job-name"
@@ -218,8 +219,7 @@ def _watch_training(namespace: str, volume: Path) -> None:
     chief_log = kube.kubectl("logs", "-n", namespace, f"{JOB_NAME}-chief-0").stdout
     assert "eval at global step" in chief_log and "accuracy=" in chief_log, chief_log[-2000:]
     # Its rate at every logged step is the schedule's closed form at that step.
-    rates = [(int(m[1]), float(m[2]))
-             for m in re.finditer(r"global_step=(\d+) .* lr=(\S+)", chief_log)]  # fmt: skip
+    rates = logged_rates(chief_log)
     assert len(rates) >= 3, chief_log[-2000:]
     schedule = LearningRateSchedule.model_validate(SCHEDULE)
     rate = job["spec"]["training"]["learningRate"]
