@@ -31,8 +31,10 @@ def cases(path: Path) -> tuple[list[tuple[float, str, str]], float, dict[str, in
             elif case.find("skipped") is not None:
                 outcome = "skipped"
             counts[outcome] += 1
+            # A test's own name, without the "@group" pytest-xdist's loadgroup appends.
+            name = case.get("name", "").rsplit("@", 1)[0]
             found.append((float(case.get("time") or 0),
-                          f"{case.get('classname', '')}::{case.get('name', '')}", outcome))
+                          f"{case.get('classname', '')}::{name}", outcome))
     return found, wall, counts
 
 

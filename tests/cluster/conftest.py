@@ -39,6 +39,9 @@ LONGEST_FIRST = ("test_dashboard_browser.py", "test_monitoring.py", "test_scale.
 SAME_WORKER = {"test_hollow": "hollow-nodes", "test_scale_hollow": "hollow-nodes"}
 
 
+# Before xdist's own hook (its worker plugin, registered after this file, would otherwise
+# run first and find no group to append to the test's id: every test its own group).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = os.path.dirname(__file__)
     ours = [item for item in items if str(item.fspath).startswith(here)]
@@ -59,6 +62,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="no local cluster: run `make cluster` first")
     for item in ours:
         item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In a worker of a `--dist loadgroup` run, every test of ours carries its group in
+    its id, which is how xdist keeps a file's tests together: a pytest whose ids xdist
+    cannot append to (pytest 9.2 with xdist 3.8, pytest-dev/pytest-xdist#1386) would hand
+    each test out on its own, a module's fixtures made on both workers and one test's
+    data missing on the other. Refuse to run so rather than fail later for a reason that
+    names neither."""
+    if not session.config.getoption("loadgroup", False):
+        return
+    here = os.path.dirname(__file__)
+    ungrouped = [i.nodeid for i in session.items
+                 if str(i.fspath).startswith(here) and "@" not in i.nodeid]  # fmt: skip
+    if ungrouped:
+        raise pytest.UsageError(
+            f"--dist loadgroup did not group {len(ungrouped)} tests (first: {ungrouped[0]}): "
+            "this pytest and pytest-xdist do not work together (requirements.txt pins a "
+            "pair that does)"
+        )
 
 
 @pytest.fixture(scope="session")
