@@ -169,3 +169,31 @@ def test_the_disruption_budget_moves_one_replica_at_a_time() -> None:
         "unhealthyPodEvictionPolicy": "AlwaysAllow",
     }
     assert budget["metadata"]["ownerReferences"][0]["uid"] == "u1"
+
+
+@pytest.mark.parametrize("template_spec", [
+    {"tolerations": "none"},
+    {"tolerations": ["none"]},
+    {"affinity": "none"},
+    {"affinity": {"nodeAffinity": "none"}},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}}},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": "none"}]}}}},
+])  # fmt: skip
+def test_a_field_not_of_a_pods_shape_is_left_for_the_api_server_to_refuse(
+        template_spec: dict[str, Any]) -> None:  # fmt: skip
+    """The template is free-form in the CRD: what is not of a Pod's shape stays as written
+    (the API server then refuses the pod, naming it), and building the pod does not fail
+    (a fuzzed manifest with tolerations "none" once stopped the operator's pass there)."""
+    (field, given), = template_spec.items()
+    built = pod("worker", template_spec)
+    assert built[field] == given
+    spec: dict[str, Any] = {"replicasToAggregate": 2, "workers": 2, "parameterServers": 1,
+                            "model": {"entrypoint": "m.n:build"},
+                            "template": {"spec": {"containers": [{"name": "syncreplicas"}],
+                                                  **template_spec}}}  # fmt: skip
+    job = parse_job({"apiVersion": naming.API_VERSION, "kind": naming.KIND,
+                     "metadata": {"name": "j", "namespace": "ns"}, "spec": spec})  # fmt: skip
+    pod_spec = manifests.build_pod(job, "worker", 0)["spec"]
+    placement.avoid_nodes(pod_spec, {"lost-node"})
+    assert pod_spec[field] == given

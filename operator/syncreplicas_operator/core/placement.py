@@ -14,6 +14,10 @@ default spreading, and nodes to avoid. Pure; edits the pod spec ``build_pod`` bu
 - Nodes to avoid: a pod created while the operator holds nodes lost is kept off them
   (a required node affinity on ``metadata.name``), since the scheduler learns of a lost
   node only once Kubernetes marks it not ready, up to a minute later.
+
+The template is free-form in the CRD: a field that is not of a Pod's shape (tolerations
+that are not a list of objects, an affinity that is not an object) is left as written,
+and the API server refuses the pod naming it (the job's condition says so).
 """
 
 from __future__ import annotations
@@ -30,10 +34,29 @@ NO_EXECUTE: Final = "NoExecute"
 Manifest = dict[str, Any]
 
 
+def _objects(value: Any) -> bool:
+    """Whether ``value`` is a list of objects, as a Pod's lists are."""
+    return isinstance(value, list) and all(isinstance(item, dict) for item in value)
+
+
+def _object(parent: Manifest | None, key: str) -> Manifest | None:
+    """``parent[key]`` when it is an object, {} when it is absent, None when it is not an
+    object (or ``parent`` is None)."""
+    if parent is None:
+        return None
+    value = parent.get(key)
+    if value is None:
+        return {}
+    return value if isinstance(value, dict) else None
+
+
 def add_tolerations(pod_spec: Manifest) -> None:
     """Short NoExecute tolerations of an unreachable / not-ready node, unless the template
     tolerates that taint itself."""
-    tolerations: list[Manifest] = list(pod_spec.get("tolerations") or [])
+    given = pod_spec.get("tolerations")
+    if given and not _objects(given):
+        return
+    tolerations: list[Manifest] = list(given or [])
     own = {t.get("key") for t in tolerations if t.get("effect") in (None, "", NO_EXECUTE)}
     for key in TOLERATED_TAINTS:
         if key not in own:
@@ -51,7 +74,7 @@ def add_tolerations(pod_spec: Manifest) -> None:
 def add_spreading(pod_spec: Manifest, job: str, replica_type: str) -> None:
     """Default topology spread over nodes, unless the template places its pods itself."""
     affinity = pod_spec.get("affinity") or {}
-    if pod_spec.get("topologySpreadConstraints") or any(
+    if not isinstance(affinity, dict) or pod_spec.get("topologySpreadConstraints") or any(
         affinity.get(kind) for kind in ("podAffinity", "podAntiAffinity")
     ):
         return
@@ -92,13 +115,21 @@ def avoid_nodes(pod_spec: Manifest, nodes: Collection[str]) -> None:
     per node: the API server allows a field requirement a single value."""
     if not nodes:
         return
+    affinity = _object(pod_spec, "affinity")
+    node_affinity = _object(affinity, "nodeAffinity")
+    required = _object(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution")
+    terms = (required or {}).get("nodeSelectorTerms") or [{}]
+    if required is None or not _objects(terms) or not all(
+        _objects(t.get("matchFields") or []) for t in terms
+    ):
+        return
+    assert affinity is not None and node_affinity is not None
     requirements = [{"key": "metadata.name", "operator": "NotIn", "values": [n]}
                     for n in sorted(nodes)]  # fmt: skip
-    affinity = pod_spec.setdefault("affinity", {})
-    node_affinity = affinity.setdefault("nodeAffinity", {})
-    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-    terms: list[Manifest] = required.get("nodeSelectorTerms") or [{}]
     required["nodeSelectorTerms"] = [
         {**term, "matchFields": [*(term.get("matchFields") or []), *requirements]}
         for term in terms
     ]
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node_affinity
+    pod_spec["affinity"] = affinity
