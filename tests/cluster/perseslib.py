@@ -16,7 +16,7 @@ import json
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,17 +123,75 @@ def dashboard_url(base: str, name: str, variables: dict[str, str], start: float,
     return f"{base}/projects/{PROJECT}/dashboards/{name}?{'&'.join(query)}"
 
 
+# A page that draws no frame in this long has a stalled renderer: in loaded CI runs
+# (2026-11-28) Chromium's compositor once stopped for good after a page had settled (a
+# screenshot waited 60 s for a frame), and once before any panel was drawn (every panel
+# left empty through four loads of the page over four minutes, while Prometheus answered
+# the same queries through Perses' proxy). Panels are drawn when an IntersectionObserver
+# sees them, which needs frames; a new browser process draws again.
+FRAME_TIMEOUT_MS = 10_000
+_FRAME_JS = """(ms) => Promise.race([
+  new Promise(done => requestAnimationFrame(() => done(true))),
+  new Promise(done => setTimeout(() => done(false), ms)),
+])"""
+
+
+class Browser:
+    """Headless Chromium with one page of VIEWPORT's size, launched again when the page
+    stops drawing frames."""
+
+    def __init__(self, playwright: Any) -> None:
+        self.playwright = playwright
+        self.browser: Any = None
+        self.page: Any = None
+        self.launches = 0
+        self.launch()
+
+    def launch(self) -> None:
+        self.close()
+        self.browser = self.playwright.chromium.launch(executable_path=CHROMIUM,
+                                                       args=CHROMIUM_ARGS)  # fmt: skip
+        self.page = self.browser.new_page(viewport=VIEWPORT)
+        self.page.set_default_timeout(60_000)
+        self.launches += 1
+
+    def close(self) -> None:
+        if self.browser is not None:
+            try:
+                self.browser.close()
+            except Exception as error:  # a browser that hangs or died: a new one anyway
+                print(f"closing Chromium: {error}".splitlines()[0], flush=True)
+            self.browser = None
+
+    def draws(self) -> bool:
+        """Whether the page draws a frame within FRAME_TIMEOUT_MS."""
+        from playwright.sync_api import Error as PlaywrightError
+
+        try:
+            return bool(self.page.evaluate(_FRAME_JS, FRAME_TIMEOUT_MS))
+        except PlaywrightError as error:
+            print(f"probing for a frame: {error}".splitlines()[0], flush=True)
+            return False
+
+    def open(self, link: str) -> None:
+        """Load ``link``; in a new browser when this one draws no frame."""
+        self.page.goto(link, wait_until="networkidle")
+        if not self.draws():
+            print(f"no frame drawn in {FRAME_TIMEOUT_MS // 1000} s: Chromium launched again "
+                  f"(launch {self.launches + 1})", flush=True)  # fmt: skip
+            self.launch()
+            self.page.goto(link, wait_until="networkidle")
+
+
 @contextmanager
-def chromium() -> Iterator[Any]:
-    """A headless Chromium page of VIEWPORT's size."""
+def chromium() -> Iterator[Browser]:
+    """Headless Chromium (Browser: its page, launched again when it stops drawing)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = Browser(playwright)
         try:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.set_default_timeout(60_000)
-            yield page
+            yield browser
         finally:
             browser.close()
 
@@ -142,23 +200,21 @@ def panels(page: Any) -> list[Panel]:
     return [classify(raw) for raw in page.evaluate(_PANELS_JS)]
 
 
-def settle(page: Any, link: str, expected: int, timeout: float = 150) -> list[Panel]:
+def settle(browser: Browser, link: str, expected: int, timeout: float = 150) -> list[Panel]:
     """Open ``link`` and wait until all ``expected`` panels have left ``loading`` and read
     the same twice in a row; their states then (still loading ones as they are). A page
     whose panels settle with some of them "No data", or that still has a panel loading a
     minute on, is loaded again until ``timeout`` (the dashboard does not refresh itself
     here: refresh=0s): a job's first minute or two of series can be missing from the
-    first load."""
+    first load. Each load checks that the page draws frames (Browser.open)."""
     deadline = time.monotonic() + timeout
     while True:
-        page.goto(link, wait_until="networkidle")
-        # A panel still loading after a minute is loaded again with the page (once in a
-        # loaded CI run, 2026-11-28: "loading: 0 series" for the whole 150 s on one load).
+        browser.open(link)
         reload_at = min(deadline, time.monotonic() + 60)
         last: list[Panel] = []
         while True:
             time.sleep(1.5)
-            now = panels(page)
+            now = panels(browser.page)
             done = len(now) >= expected and all(p.state != "loading" for p in now)
             if (done and now == last) or time.monotonic() > reload_at:
                 break
@@ -178,20 +234,22 @@ def problems(found: list[Panel], expected_titles: list[str]) -> list[str]:
     return out
 
 
-def screenshot(page: Any, path: Path, required: bool = True) -> None:
+def screenshot(browser: Browser, path: Path, redraw: Callable[[], object],
+               required: bool = True) -> None:  # fmt: skip
     """The whole dashboard, as tall as it is drawn. Chromium's capture waits for a frame
     from the compositor, which can stall for good on a loaded machine (once in a CI run,
     2026-11-28: 60 s and no frame, after the page had settled): a capture that times out
-    is tried again on the page loaded afresh. When the picture is not ``required`` (the
-    test's own record beside the panels' states it asserts), a second failure is written
-    to ``path`` + ".txt" instead of failing the test."""
+    is tried again after ``redraw`` (the page loaded and settled afresh, in a new browser
+    when this one draws no frame). When the picture is not ``required`` (the test's own
+    record beside the panels' states it asserts), a second failure is written to ``path``
+    + ".txt" instead of failing the test."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     path.parent.mkdir(parents=True, exist_ok=True)
     for attempt in (1, 2):
         try:
-            page.screenshot(path=str(path), full_page=True, animations="disabled",
-                            timeout=SCREENSHOT_TIMEOUT_MS)
+            browser.page.screenshot(path=str(path), full_page=True, animations="disabled",
+                                    timeout=SCREENSHOT_TIMEOUT_MS)  # fmt: skip
             return
         except PlaywrightTimeout as error:
             if attempt == 2 and required:
@@ -201,5 +259,6 @@ def screenshot(page: Any, path: Path, required: bool = True) -> None:
             if attempt == 2:
                 path.with_name(path.name + ".txt").write_text(f"no picture: {error}\n")
                 return
-            page.reload(wait_until="networkidle")
-            time.sleep(5)
+            if not browser.draws():
+                browser.launch()
+            redraw()

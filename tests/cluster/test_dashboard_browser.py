@@ -54,8 +54,9 @@ def queue(namespace: str) -> str:
 class Viewer:
     """Perses' page of one dashboard for this test's job, from its start to now."""
 
-    def __init__(self, page: Any, base: str, namespace: str, start: float) -> None:
-        self.page, self.base, self.namespace, self.start = page, base, namespace, start
+    def __init__(self, browser: perseslib.Browser, base: str, namespace: str,
+                 start: float) -> None:  # fmt: skip
+        self.browser, self.base, self.namespace, self.start = browser, base, namespace, start
         self.expected = grafana_titles()
 
     def look(self, name: str = perseslib.DASHBOARD) -> list[perseslib.Panel]:
@@ -64,7 +65,7 @@ class Viewer:
         link = perseslib.dashboard_url(self.base, name, {"namespace": self.namespace,
                                                          "job": JOB},
                                        min(self.start - 20, end - 120), end)  # fmt: skip
-        return perseslib.settle(self.page, link, len(self.expected))
+        return perseslib.settle(self.browser, link, len(self.expected))
 
     def check(self, moment: str, **stats: str) -> None:
         """Every panel drawn with data now, the stat panels named in ``stats`` (by title,
@@ -80,10 +81,11 @@ class Viewer:
                     or time.monotonic() > deadline:
                 break
             time.sleep(10)
-        perseslib.screenshot(self.page, REPORT / f"{moment}.png", required=False)
+        perseslib.screenshot(self.browser, REPORT / f"{moment}.png", self.look, required=False)
         pictures = os.environ.get("SYNCREPLICAS_SCREENSHOTS")
         if pictures:
-            perseslib.screenshot(self.page, Path(pictures) / f"dashboard-{moment}.png")
+            perseslib.screenshot(self.browser, Path(pictures) / f"dashboard-{moment}.png",
+                                 self.look)  # fmt: skip
         bad = perseslib.problems(found, self.expected)
         assert not bad, f"{moment}: panels not drawn with data:\n" + "\n".join(bad)
         for title, value in stats.items():
@@ -142,8 +144,8 @@ def test_every_panel_is_drawn_with_data_through_a_chief_loss_a_resize_and_a_ps_l
     assert small["metadata"]["labels"][QUEUE_LABEL] == "lq"
     chief = f"{JOB}-chief-0"
     try:
-        with perseslib.chromium() as page:
-            viewer = Viewer(page, base, namespace, start)
+        with perseslib.chromium() as browser:
+            viewer = Viewer(browser, base, namespace, start)
             kube.eventually("training passes step 100", lambda: step_of(namespace, chief) >= 100,
                             240)  # fmt: skip
             # Prometheus scrapes every replica of the job (a new namespace's pods are found

@@ -55,6 +55,9 @@ RECONCILES = "syncreplicas_operator_reconcile_seconds_count"
 SETTLED_PER_JOB_SECOND = 0.2
 SETTLE_WINDOW = 6.0
 SETTLE_TIMEOUT = 40.0
+# What the API server answers when it cannot do a request now, and how often it is asked.
+TRANSIENT = (429, 500, 503, 504)
+TRANSIENT_ATTEMPTS = 4
 
 
 def without_namespace(manifest: dict[str, Any]) -> None:
@@ -72,21 +75,31 @@ class ApiServer:
         self.namespace = namespace
 
     def create(self, manifest: dict[str, Any], dry_run: bool = True) -> dict[str, Any] | None:
-        """None when created, else the refusal's Status."""
-        try:
-            self.objects.create_namespaced_custom_object(
-                resource.GROUP, resource.VERSION, self.namespace, resource.PLURAL, manifest,
-                dry_run="All" if dry_run else None, field_validation="Strict",
-            )  # fmt: skip
-        except ApiException as error:
-            if error.status not in (400, 422):
-                raise
+        """None when created, else the refusal's Status. An answer that says the server
+        could not do it now (429, 5xx: etcd's "request timed out" under a loaded machine)
+        is asked again, a few times, as a client would."""
+        for attempt in range(TRANSIENT_ATTEMPTS):
             try:
-                status = json.loads(error.body)
-            except (TypeError, ValueError):
-                status = {"message": str(error.body)}
-            return dict(status)
-        return None
+                self.objects.create_namespaced_custom_object(
+                    resource.GROUP, resource.VERSION, self.namespace, resource.PLURAL,
+                    manifest, dry_run="All" if dry_run else None, field_validation="Strict",
+                )  # fmt: skip
+            except ApiException as error:
+                if error.status in TRANSIENT and attempt + 1 < TRANSIENT_ATTEMPTS:
+                    print(f"create: HTTP {error.status}, asked again: {error.body!s:.300}",
+                          flush=True)  # fmt: skip
+                    time.sleep(2)
+                    continue
+                if error.status == 409 and attempt > 0 and not dry_run:
+                    return None  # the attempt that timed out had created it
+                if error.status not in (400, 422):
+                    raise AssertionError(f"create: HTTP {error.status}: {error.body}") from error
+                try:
+                    return dict(json.loads(error.body))
+                except (TypeError, ValueError):
+                    return {"message": str(error.body)}
+            return None
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def judge(self, manifest: dict[str, Any]) -> tuple[list[str], bool, str]:
         """(paths named, whether it stopped early, the Status's text)."""
@@ -282,17 +295,24 @@ def test_the_operator_runs_every_accepted_manifest_without_crashing(fuzz: Fuzz) 
         name = str(case.manifest["metadata"].get("name", f"fuzz-{i}"))
         while name in fuzz.applied:
             name = f"fuzz-{i}-{len(fuzz.applied)}"
-        assert fuzz.server.create(runnable(case.manifest, name), dry_run=False) is None, case
+        refused = fuzz.server.create(runnable(case.manifest, name), dry_run=False)
+        assert refused is None, f"accepted by a dry run, refused when created: {refused}\n{case}"
         fuzz.applied.append(name)
     applied = time.monotonic()
     # The operator acted on each: its status (a phase, or the condition saying why its pods
     # could not be created: a template the API server refuses only in a Pod).
-    kube.eventually(
-        "the operator wrote every job's status",
-        lambda: all(j.get("status") for j in
-                    kube.kubectl_json("get", "srj", "-n", fuzz.namespace)["items"]),
-        timeout=60,
-    )  # fmt: skip
+    def without_status() -> list[str]:
+        items = kube.kubectl_json("get", "srj", "-n", fuzz.namespace)["items"]
+        return [j["metadata"]["name"] for j in items if not j.get("status")]
+
+    try:
+        kube.eventually("the operator wrote every job's status", lambda: not without_status(),
+                        timeout=60)  # fmt: skip
+    except AssertionError as error:
+        missing = without_status()
+        cases = {name: case for name, case in zip(fuzz.applied, fuzz.accepted, strict=True)}
+        raise AssertionError(f"{error}: {len(missing)} without, first {missing[:5]}\n"
+                             f"{cases.get(missing[0]) if missing else ''}") from error
     acted = time.monotonic() - applied
     # No loop that writes: each pass that acts or fails logs a line.
     lines = settled("the operator's log lines about these jobs", fuzz.lines,
