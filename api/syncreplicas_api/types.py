@@ -34,6 +34,7 @@ from .templates import (
     RoleSpec,
     as_dicts,
 )
+from .warmstart import WarmStart
 
 # Bounded strings keep the CEL rules' estimated cost small (the API server refuses rules
 # whose estimated cost is too high).
@@ -130,6 +131,12 @@ class TrainingSpec(ApiModel):
         description="Clip each replica's gradient to this global norm (over all its "
         "variables) before it is pushed, so one replica's outlier batch cannot dominate an "
         "update; absent: no clipping.",
+    )
+    warm_start: WarmStart | None = Field(
+        None,
+        description="Initialise the model's variables (all, or those a pattern names) from "
+        "another run's checkpoint when the job starts for the first time (fine-tuning); "
+        "its own checkpoints take over from then on.",
     )
     batch_size: Int32 = Field(32, ge=1, description="Examples per replica per step.")
     max_steps: Int64 = Field(

@@ -52,6 +52,8 @@ from ..sync.names import (
     push_queue_name,
 )
 from ..sync.protocol import token_queue
+from . import initfrom
+from .initfrom import InitFrom
 from .packing import Packing, local_model_variables, pack
 from .pushonce import push_once
 from .rates import clip, learning_rate, make_optimizer
@@ -161,6 +163,8 @@ class TrainingGraph:
     # Joining: drop the tokens this replica's queue gathered while it was away (it holds
     # a joiner's share, as at the gate); fetches the number dropped.
     drain: Any = None
+    # Chief, with training.warmStart: the model's variables from another run (initfrom.py).
+    init_from: InitFrom | None = None
 
 
 def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> TrainingGraph:
@@ -373,7 +377,7 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         # Snapshots (state/snapshots.py): every update counts itself on PS 0, before and after.
         seqlock = (add_seqlock(take_ops(sync_opt), update_op, sync_op)
                    if t.snapshot_every_steps else None)
-        saver = report = None
+        saver = report = init_from = None
         if cfg.is_chief:  # only the chief saves and restores: less to build on the others
             # Behind the fence: every save and every restore (the ops the Saver builds).
             with tf.device(own), tf.control_dependencies(fenced):
@@ -381,6 +385,10 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
                          else v1.global_variables())
                 saver = v1.train.Saver(saved, sharded=False, max_to_keep=3,
                                        save_relative_paths=True)
+                # Not once the job has a checkpoint of its own: it restores that.
+                if not (t.checkpoint_dir and v1.train.latest_checkpoint(t.checkpoint_dir)):
+                    init_from = initfrom.build(t.warm_start, packing,
+                                               v1.trainable_variables(), own)  # fmt: skip
         if cfg.is_chief or cfg.role == "ps":  # PS 0 watches for a PS that lost its variables
             report = v1.report_uninitialized_variables(v1.global_variables())
         # Unused report ops would be logged as errors when the graph is collected.
@@ -397,7 +405,7 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         seqlock=seqlock,
         report_uninitialized=report, saver=saver, epoch=epoch, packing=packing,
         already_pushed=already, skip=skip, drain=drain, handed_out=handed_out_read,
-        fence=fence)
+        fence=fence, init_from=init_from)
 
 
 def build_epoch_graph(ctx: Context, epoch: int) -> TrainingGraph:

@@ -97,6 +97,8 @@ def main() -> int:
                 build_training_graph(cfg, model_fn, epoch=1)
         except ModelError as err:
             return fail(exitcodes.MODEL, str(err))
+        except Exit as err:  # a setting only the model or a file can refuse (warmStart)
+            return fail(err.code, err.reason)
     try:
         from ..process.sessions import start_server
 

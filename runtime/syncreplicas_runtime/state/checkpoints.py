@@ -32,7 +32,8 @@ def restore_or_initialize(sess: Any, training: TrainingGraph, checkpoint_dir: st
     - some or all missing (a new job, or a PS that restarted): restore the chief's in-memory
       ``snapshot`` if it is newer than the latest checkpoint, else the checkpoint, onto
       every PS, so all variables come from the same step;
-    - neither: initialize only what is missing.
+    - neither: initialize only what is missing; when that is every variable (the job's
+      first start), then take ``training.warmStart``'s variables from its checkpoint.
     """
     missing = {name.decode() for name in sess.run(training.report_uninitialized)}
     how = "kept"
@@ -49,8 +50,11 @@ def restore_or_initialize(sess: Any, training: TrainingGraph, checkpoint_dir: st
             with training.graph.as_default(), tf.control_dependencies(fenced):
                 todo = [v for v in v1.global_variables() if v.op.name in missing]
                 sess.run(v1.variables_initializer(todo))
-            how = "initialized" if len(todo) == len(training.graph.get_collection("variables")) \
-                else f"initialized {len(todo)} missing variables"
+            everything = len(todo) == len(training.graph.get_collection("variables"))
+            how = "initialized" if everything else f"initialized {len(todo)} missing variables"
+            # A job's first start (nothing kept, no checkpoint, no snapshot): warm start.
+            if everything and training.init_from is not None:
+                how += f"; {training.init_from.restore(sess)}"
     return how, int(sess.run(training.global_step))
 
 
