@@ -130,6 +130,8 @@ def dashboard_url(base: str, name: str, variables: dict[str, str], start: float,
 # the same queries through Perses' proxy). Panels are drawn when an IntersectionObserver
 # sees them, which needs frames; a new browser process draws again.
 FRAME_TIMEOUT_MS = 10_000
+# A page whose panels' states have not changed this long is loaded again.
+STALLED_SECONDS = 45
 _FRAME_JS = """(ms) => Promise.race([
   new Promise(done => requestAnimationFrame(() => done(true))),
   new Promise(done => setTimeout(() => done(false), ms)),
@@ -200,23 +202,31 @@ def panels(page: Any) -> list[Panel]:
     return [classify(raw) for raw in page.evaluate(_PANELS_JS)]
 
 
-def settle(browser: Browser, link: str, expected: int, timeout: float = 150) -> list[Panel]:
+def settle(browser: Browser, link: str, expected: int, timeout: float = 210) -> list[Panel]:
     """Open ``link`` and wait until all ``expected`` panels have left ``loading`` and read
     the same twice in a row; their states then (still loading ones as they are). A page
     whose panels settle with some of them "No data", or that still has a panel loading a
-    minute on, is loaded again until ``timeout`` (the dashboard does not refresh itself
-    here: refresh=0s): a job's first minute or two of series can be missing from the
-    first load. Each load checks that the page draws frames (Browser.open)."""
+    that drew nothing new for STALLED_SECONDS, is loaded again until ``timeout`` (the
+    dashboard does not refresh itself here: refresh=0s): a job's first minute or two of
+    series can be missing from the first load. Each load checks that the page draws frames
+    (Browser.open)."""
     deadline = time.monotonic() + timeout
     while True:
         browser.open(link)
-        reload_at = min(deadline, time.monotonic() + 60)
+        changed_at = time.monotonic()
         last: list[Panel] = []
         while True:
             time.sleep(1.5)
             now = panels(browser.page)
             done = len(now) >= expected and all(p.state != "loading" for p in now)
-            if (done and now == last) or time.monotonic() > reload_at:
+            if now != last:
+                changed_at = time.monotonic()
+            # A page still drawing is left to finish (on a loaded machine the last panels
+            # of a load can take over a minute: a CI run's reload at 60 s restarted them
+            # each time, and five never finished in 150 s); one that drew nothing new for
+            # STALLED_SECONDS is loaded again.
+            stalled = time.monotonic() - changed_at > STALLED_SECONDS
+            if (done and now == last) or stalled or time.monotonic() > deadline:
                 break
             last = now
         settled = all(p.state not in ("empty", "loading") for p in now)

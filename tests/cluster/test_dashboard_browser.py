@@ -77,7 +77,8 @@ class Viewer:
         while True:
             found = self.look()
             shown = {p.title: p.detail for p in found}
-            if all(shown.get(t.replace("_", " ")) == v for t, v in stats.items()) \
+            if (all(shown.get(t.replace("_", " ")) == v for t, v in stats.items())
+                    and not perseslib.problems(found, self.expected)) \
                     or time.monotonic() > deadline:
                 break
             time.sleep(10)
@@ -110,7 +111,7 @@ def check_broken_copy(viewer: Viewer, base: str) -> None:
     assert ": error: " in bad[0] and "parse error" in bad[0], bad
 
 
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(2100)
 def test_every_panel_is_drawn_with_data_through_a_chief_loss_a_resize_and_a_ps_loss(
         namespace: str) -> None:  # fmt: skip
     base = perseslib.url()
