@@ -177,6 +177,30 @@ def finished(namespace: str, name: str, timeout: float) -> dict[str, Any]:
     return eventually(f"{namespace}/{name} finished", done, timeout)
 
 
+def finished_training(namespace: str, name: str, stalled: float, limit: float) -> dict[str, Any]:
+    """The job's status once it is Succeeded or Failed, waited for as long as its global
+    step keeps moving (a loaded machine only trains slower): an AssertionError when the
+    step stood still for ``stalled`` seconds, or after ``limit``."""
+    began = moved_at = time.monotonic()
+    last, status = -1, {}
+    while True:
+        try:
+            status = kubectl_json("get", "srj", name, "-n", namespace).get("status") or {}
+        except AssertionError:  # a read the API server did not answer: read again
+            status = status or {}
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return dict(status)
+        now, step = time.monotonic(), int(status.get("globalStep") or 0)
+        if step != last:
+            last, moved_at = step, now
+        if now - moved_at > stalled or now - began > limit:
+            raise AssertionError(
+                f"{namespace}/{name} not finished: global step {step}, unchanged for "
+                f"{now - moved_at:.0f} s, {now - began:.0f} s after the wait began: {status}"
+            )
+        time.sleep(2)
+
+
 def leader_pod() -> str:
     """The operator pod holding the leader Lease ("" when none does): its identity there
     is ``<pod>_<suffix>``."""

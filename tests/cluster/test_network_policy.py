@@ -168,7 +168,7 @@ def intruder_gets_in(guarded: dict[str, Any]) -> dict[str, str] | None:
     return seen if all(r == "open" for r in seen.values()) else None
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_only_the_jobs_own_pods_reach_its_grpc_ports(guarded: dict[str, Any]) -> None:
     namespace = guarded["namespace"]
     nodes = {p["spec"]["nodeName"] for p in guarded["pods"].values()}
@@ -211,8 +211,9 @@ def test_only_the_jobs_own_pods_reach_its_grpc_ports(guarded: dict[str, Any]) ->
     kube.eventually("the policy created again", recreated, 30)
     kube.eventually("closed by the new policy", lambda: all_refused(guarded), ENFORCED_WITHIN)
 
-    # The job's own replicas reached each other all along: it trains to the end.
+    # The job's own replicas reached each other all along: it trains to the end (as long as
+    # its step moves: the rest of 3000 steps took over 240 s in a loaded CI run).
     lift_delay(guarded["shared"])
 
-    status = kube.finished(namespace, JOB, 240)
+    status = kube.finished_training(namespace, JOB, stalled=90, limit=480)
     assert status["phase"] == "Succeeded", status
