@@ -212,9 +212,13 @@ def test_a_worker_at_sigterm_leaves_at_once_and_exits_143(tmp_path: Path) -> Non
     longest = max(around)
     print(f"worker 1: SIGTERM -> exit {took:.2f}s (left at global step {left[1]}); "
           f"longest gap between updates around it {longest * 1000:.0f} ms, steady median "
-          f"{median * 1000:.0f} ms ({longest / median:.1f}x)")
-    # A step or two, and well under the 2 s silence limit a killed replica costs.
-    assert longest <= max(3 * median, 0.3), (longest, median)
+          f"{median * 1000:.0f} ms ({longest / median:.1f}x), steady longest "
+          f"{max(before) * 1000:.0f} ms")
+    # A step or two, or no longer than steady training's own longest pause on this machine
+    # at this moment (the suite's load stretches both alike), and under the 2 s silence
+    # limit a killed replica costs.
+    steady = max(before)
+    assert longest <= max(3 * median, steady, 0.3) and longest < 2.0, (longest, median, steady)
     assert f"finished at global step {steps}" in cluster.log("chief", 0), logs
 
     import tensorflow as tf
