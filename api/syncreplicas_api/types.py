@@ -155,6 +155,14 @@ class TrainingSpec(ApiModel):
         "back to the checkpoint).",
     )
     log_every_steps: Int64 = Field(100, ge=1, description="Global steps between log lines.")
+    summary_every_steps: Int64 | None = Field(
+        None,
+        ge=0,
+        description="Global steps between the chief's TensorBoard summaries in checkpointDir "
+        "(the loss, the learning rate, global steps/s, the chief's stale gradients and the "
+        "model's own tf.compat.v1.summary ops; every evaluation's metrics under eval/); "
+        "absent: logEverySteps; 0 = none.",
+    )
     eval_every_steps: Int64 = Field(
         0,
         ge=0,

@@ -440,6 +440,7 @@ BAD = [
     ("spec.training.checkpointEverySteps", 0, "spec.training.checkpointEverySteps"),
     ("spec.training.snapshotEverySteps", -1, "spec.training.snapshotEverySteps"),
     ("spec.training.logEverySteps", 0, "spec.training.logEverySteps"),
+    ("spec.training.summaryEverySteps", -1, "spec.training.summaryEverySteps"),
     ("spec.training.evalEverySteps", -1, "spec.training.evalEverySteps"),
     ("spec.training.seed", -1, "spec.training.seed"),
     ("spec.training.startupTimeoutSeconds", 0, "spec.training.startupTimeoutSeconds"),

@@ -130,7 +130,9 @@ class LocalRunner:
             if self.metrics_server is not None:
                 self.metrics_server.shutdown()
         summary = self._summary(*outcome)
-        print(format_summary(summary, self.workdir.checkpoints, self.workdir.logs),
+        ckpt = self.workdir.checkpoints
+        wrote = ckpt.is_dir() and any(ckpt.glob("events.out.tfevents.*"))
+        print(format_summary(summary, ckpt, self.workdir.logs, summaries=wrote),
               file=self.stream)
         if self.report_dir is not None:
             write_summary(self.report_dir, summary)

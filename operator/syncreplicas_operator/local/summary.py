@@ -232,8 +232,10 @@ def write_summary(directory: Path, summary: RunSummary) -> None:
     (directory / "summary.json").write_text(text)
 
 
-def format_summary(summary: RunSummary, checkpoint_dir: Path, logs_dir: Path) -> str:
-    """The lines printed when the run ends."""
+def format_summary(summary: RunSummary, checkpoint_dir: Path, logs_dir: Path,
+                   summaries: bool = False) -> str:
+    """The lines printed when the run ends; ``summaries``: the chief wrote TensorBoard
+    summaries into ``checkpoint_dir``."""
 
     def fmt(value: Any, spec: str) -> str:
         return "-" if value is None else format(value, spec)
@@ -250,6 +252,8 @@ def format_summary(summary: RunSummary, checkpoint_dir: Path, logs_dir: Path) ->
         f"  checkpoints: {checkpoint_dir} (step {fmt(summary.checkpoint_step, 'd')})"
         f", logs: {logs_dir}",
     ]
+    if summaries:
+        lines.append(f"  TensorBoard summaries: tensorboard --logdir {checkpoint_dir}")
     if summary.replicas_to_aggregate_lowest is not None:
         lines.append(
             f"  elastic R: updates aggregated as few as {summary.replicas_to_aggregate_lowest}"

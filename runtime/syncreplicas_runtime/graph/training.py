@@ -165,6 +165,8 @@ class TrainingGraph:
     drain: Any = None
     # Chief, with training.warmStart: the model's variables from another run (initfrom.py).
     init_from: InitFrom | None = None
+    # Chief: the model's own tf.compat.v1.summary ops, merged (None: it made none).
+    model_summary: Any = None
 
 
 def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> TrainingGraph:
@@ -377,8 +379,10 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         # Snapshots (state/snapshots.py): every update counts itself on PS 0, before and after.
         seqlock = (add_seqlock(take_ops(sync_opt), update_op, sync_op)
                    if t.snapshot_every_steps else None)
-        saver = report = init_from = None
+        saver = report = init_from = model_summary = None
         if cfg.is_chief:  # only the chief saves and restores: less to build on the others
+            with tf.device(own):
+                model_summary = v1.summary.merge_all()
             # Behind the fence: every save and every restore (the ops the Saver builds).
             with tf.device(own), tf.control_dependencies(fenced):
                 saved = (packing.saver_var_list(opt, v1.global_variables()) if packing
@@ -405,7 +409,7 @@ def build_training_graph(cfg: ClusterConfig, model_fn: Any, epoch: int) -> Train
         seqlock=seqlock,
         report_uninitialized=report, saver=saver, epoch=epoch, packing=packing,
         already_pushed=already, skip=skip, drain=drain, handed_out=handed_out_read,
-        fence=fence, init_from=init_from)
+        fence=fence, init_from=init_from, model_summary=model_summary)
 
 
 def build_epoch_graph(ctx: Context, epoch: int) -> TrainingGraph:

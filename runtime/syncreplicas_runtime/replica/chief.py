@@ -29,6 +29,7 @@ from ..process.mainthread import run_off_main_thread
 from ..process.sessions import close_quietly, open_session
 from ..state.checkpoints import restore_or_initialize, save_checkpoint
 from ..state.snapshots import SnapshotStore, Snapshotter
+from ..state.summaries import Summaries, every_steps
 from ..sync.fencing import superseded_by
 from ..sync.handover import CHIEF_SLOT, POLL_SECONDS
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, peer_error, unconfirmed
@@ -52,6 +53,9 @@ def train_chief(ctx: Context) -> int:
     protocol = reach_ps(ctx)
     ctx.protocol = protocol
     store = SnapshotStore()  # the freshest snapshot, kept across this process's sync epochs
+    t = cfg.training
+    summaries = Summaries(t.checkpoint_dir, every_steps(t.summary_every_steps, t.log_every_steps),
+                          evaluates=False)
     first = True
     left: int | None = None
     links = LinkFailures()
@@ -71,7 +75,7 @@ def train_chief(ctx: Context) -> int:
         link_failed = False
         took = ""
         try:
-            result = chief_epoch(ctx, protocol, epoch, store, laps)
+            result = chief_epoch(ctx, protocol, epoch, store, summaries, laps)
         except EpochEnded as why:  # "done": PS 0 ended training after an earlier last checkpoint
             result = "training ended" if str(why) == "done" else str(why)
         except PEER_ERRORS as err:
@@ -108,10 +112,11 @@ def finished_before(ctx: Context, global_step: int | None) -> int:
 
 
 def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, store: SnapshotStore,
-                laps: Laps) -> str:  # fmt: skip
+                summaries: Summaries, laps: Laps) -> str:  # fmt: skip
     """Join ``epoch`` (resetting it first if PS 0 waits for that) and train; returns "done"
-    or why the epoch ended. ``store`` holds the freshest snapshot of this process; ``laps``
-    began when the chief started to wait for the epoch (the join's parts are added)."""
+    or why the epoch ended. ``store`` holds the freshest snapshot of this process, and
+    ``summaries`` its TensorBoard files; ``laps`` began when the chief started to wait for
+    the epoch (the join's parts are added)."""
     cfg, m = ctx.cfg, ctx.metrics
     protocol.claim()  # slot 0 is this process's (or it is fenced off: 77)
     laps.lap("claim")
@@ -136,7 +141,7 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, store: Snapsho
         sess.run(training.local_init_op)
         step = int(sess.run(training.global_step))
         if step >= cfg.training.max_steps:
-            return finish_chief(ctx, protocol, sess, training, step)
+            return finish_chief(ctx, protocol, sess, training, step, summaries)
         protocol.set_ready(0, epoch)
         wait_for_phase(ctx, protocol, epoch, Phase.RUNNING)
         laps.lap("gate")
@@ -145,7 +150,9 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, store: Snapsho
                 f"at unix time {time.time():.3f} (joined in {laps})")
         if cfg.training.snapshot_every_steps:
             snapshots = Snapshotter(ctx, store, sess, training, step, protocol)
-        return train(ctx, protocol, sess, training, step, snapshots)
+        summaries.evaluates = bool(training.model.eval)
+        summaries.started(step)
+        return train(ctx, protocol, sess, training, step, snapshots, summaries)
     except tf.errors.OutOfRangeError as err:
         if ctx.stopping:
             time.sleep(3600)  # the SIGTERM thread is checkpointing and will end the process
@@ -153,7 +160,7 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, store: Snapsho
         if state.phase == Phase.DONE:
             step = int(sess.run(training.global_step))
             if step >= cfg.training.max_steps:
-                return finish_chief(ctx, protocol, sess, training, step)
+                return finish_chief(ctx, protocol, sess, training, step, summaries)
             raise Exit(exitcodes.RETRY, f"training ended at global step {step}, before "
                        f"maxSteps {cfg.training.max_steps}") from err
         return "its token queue was closed"
@@ -191,7 +198,7 @@ def keep_or_restore(ctx: Context, protocol: SyncProtocol, sess: Any, training: T
 
 
 def train(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGraph,
-          step: int, snapshots: Snapshotter | None) -> str:
+          step: int, snapshots: Snapshotter | None, summaries: Summaries) -> str:
     cfg, m = ctx.cfg, ctx.metrics
     loop = StepLoop(ctx, sess, training, step)
     every = cfg.training.checkpoint_every_steps
@@ -207,16 +214,19 @@ def train(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGra
                                ctx.log):
                 m.checkpoint_step.set(global_step)
                 ctx.log(f"checkpoint at global step {global_step}")
-        if global_step >= cfg.training.max_steps:
-            return finish_chief(ctx, protocol, sess, training, global_step)
+        last = global_step >= cfg.training.max_steps
+        if summaries.due(global_step) or (last and summaries.on):
+            summarize(ctx, sess, training, loop, summaries)
+        if last:
+            return finish_chief(ctx, protocol, sess, training, global_step, summaries)
         evals = cfg.training.eval_every_steps
         if evals and training.model.eval and global_step // evals > loop.last_eval // evals:
-            evaluate(ctx, sess, training, global_step)
+            evaluate(ctx, sess, training, global_step, summaries)
             loop.last_eval = global_step
 
 
 def finish_chief(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGraph,
-                 global_step: int) -> str:
+                 global_step: int, summaries: Summaries) -> str:
     """Checkpoint, evaluate, report done; wait for PS 0 to end training and the replicas."""
     cfg = ctx.cfg
     # The step of exit 0's message (a chief may finish without a step of its own here).
@@ -225,7 +235,7 @@ def finish_chief(ctx: Context, protocol: SyncProtocol, sess: Any, training: Trai
             sess, training, cfg.training.checkpoint_dir, global_step, ctx.log):
         ctx.metrics.checkpoint_step.set(global_step)
     if training.model.eval:
-        evaluate(ctx, sess, training, global_step)
+        evaluate(ctx, sess, training, global_step, summaries)
     protocol.set_done(0)
     deadline = time.monotonic() + FINISH_WAIT_SECONDS
     while time.monotonic() < deadline:
@@ -240,9 +250,28 @@ def finish_chief(ctx: Context, protocol: SyncProtocol, sess: Any, training: Trai
     return "done"
 
 
-def evaluate(ctx: Context, sess: Any, training: TrainingGraph, global_step: int) -> None:
-    """Run the model's held-out metrics (chief only); log and export them."""
+def summarize(ctx: Context, sess: Any, training: TrainingGraph, loop: StepLoop,
+              summaries: Summaries) -> None:
+    """The summary of the step ``loop`` just ran, with the model's own summary ops run on
+    that step's feed (a model whose summaries need a feed the step does not give, an eval
+    placeholder say, has them left out from then on, said once)."""
+    model_summary = None
+    if training.model_summary is not None and summaries.model_ops:
+        try:
+            model_summary = sess.run(training.model_summary, feed_dict=loop.feed)
+        except tf.errors.InvalidArgumentError as err:
+            summaries.model_ops = False
+            ctx.log(f"the model's summary ops are not written: {err.message.splitlines()[0]}")
+    out = loop.out
+    summaries.write(loop.tag, float(out["loss"]), float(out["learning_rate"]), loop.pushed,
+                    loop.stale, model_summary)
+
+
+def evaluate(ctx: Context, sess: Any, training: TrainingGraph, global_step: int,
+             summaries: Summaries) -> None:
+    """Run the model's held-out metrics (chief only); log, export and summarize them."""
     values = sess.run(dict(training.model.eval), feed_dict=training.model.eval_feed)
+    summaries.write_eval(global_step, {name: float(v) for name, v in values.items()})
     for name, value in values.items():
         ctx.metrics.eval_metric.labels(name=name).set(float(value))
     ctx.log(f"eval at global step {global_step}: "

@@ -35,6 +35,11 @@ class StepLoop:
         self.window_step = tag
         self.last_eval = tag
         self.joined = False
+        # This process's own gradients, and those of them dropped as stale (the summaries').
+        self.pushed = self.stale = 0
+        # The last step's feed and fetched values (the chief's summaries run with them).
+        self.feed: Any = None
+        self.out: dict[str, Any] = {}
 
     def join(self) -> None:
         """Before this process's first push in the epoch: if an earlier process of this
@@ -83,11 +88,14 @@ class StepLoop:
         t0 = time.monotonic()
         out = self.sess.run(self.training.fetches, feed_dict=feed)
         took = time.monotonic() - t0
+        self.feed, self.out = feed, out
         staleness = max(0, int(out["gs_at_push"]) - self.tag)
         m.gradients_pushed.inc()
         m.staleness.observe(staleness)
+        self.pushed += 1
         if staleness > 0:
             m.stale_dropped.inc()
+            self.stale += 1
         m.tokens_consumed.inc()
         m.token_wait.observe(max(0.0, float(out["t_token"] - out["t_pushed"])))
         m.step_duration.observe(took + delay)
