@@ -288,6 +288,18 @@ def test_linear_example_runs_to_completion_with_a_report(tmp_path: Path) -> None
     for name in PLOTS:
         assert_png(report / name)
     assert "succeeded" in output
+    # The chief's TensorBoard summaries, where the run's last lines say (as TensorBoard
+    # reads them: the loss up to maxSteps, the final evaluation under eval/).
+    checkpoints = workdir / "checkpoints"
+    assert f"TensorBoard summaries: tensorboard --logdir {checkpoints}" in output, output
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    board = EventAccumulator(str(checkpoints))
+    board.Reload()
+    assert board.Scalars("loss")[-1].step >= max_steps
+    evals = EventAccumulator(str(checkpoints / "eval"))
+    evals.Reload()
+    assert [e.step for e in evals.Scalars("mse")][-1] >= max_steps
 
 
 def test_digits_cnn_example_reaches_its_accuracy(tmp_path: Path) -> None:
