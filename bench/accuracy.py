@@ -70,6 +70,7 @@ class Result:
     system: str
     reached: dict[float, tuple[float, int]] = field(default_factory=dict)  # s, global step
     last: tuple[float, int, float] | None = None  # s, global step, accuracy
+    curve: list[tuple[float, float]] = field(default_factory=list)  # s, accuracy
 
     def row(self, target: float) -> tuple[float | None, int | None]:
         found = self.reached.get(target)
@@ -81,6 +82,7 @@ def record(result: Result, t0: float, evals: Iterable[tuple[float, int, float]],
     """Fold evaluations (wall time, global step, accuracy) into ``result``."""
     for t, step, accuracy in evals:
         result.last = (t - t0, step, accuracy)
+        result.curve.append((t - t0, accuracy))
         for target in targets:
             if accuracy >= target and target not in result.reached:
                 result.reached[target] = (t - t0, step)
@@ -177,6 +179,7 @@ def main() -> int:
                         help="the straggler's delay per step")  # fmt: skip
     parser.add_argument("--targets", default="0.90,0.95")
     parser.add_argument("--timeout", type=float, default=240.0, help="s per run")
+    parser.add_argument("--plot", type=Path, help="a PNG of every run's accuracy over time")
     args = parser.parse_args()
     s = Settings(args.optimizer, args.learning_rate, args.batch_size, args.eval_every,
                  args.slow_ms, tuple(float(t) for t in args.targets.split(",")), args.timeout,
@@ -198,7 +201,37 @@ def main() -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     report(results, s)
+    if args.plot:
+        plot(results, s, args.plot)
+        print(f"\nplot: {args.plot}")
     return 0
+
+
+def plot(results: dict[str, list[Result]], s: Settings, path: Path) -> None:
+    """Held-out accuracy over wall time, every run of each system in its colour."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    for (name, runs), colour in zip(results.items(), ("tab:green", "tab:blue", "tab:red"),
+                                    strict=False):  # fmt: skip
+        for i, run in enumerate(runs):
+            if run.curve:
+                xs, ys = zip(*run.curve, strict=True)
+                ax.plot(xs, ys, color=colour, alpha=0.8, lw=1.2, label=name if i == 0 else None)
+    for target in s.targets:
+        ax.axhline(target, color="grey", lw=0.8, ls=":")
+    ax.set_ylim(0.5, 1.0)
+    ax.set_xlabel("seconds since every server was up")
+    ax.set_ylabel("held-out accuracy (chief)")
+    ax.set_title(f"digits MLP, chief + {WORKERS} workers, one worker +{s.slow_ms:g} ms a step")
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def report(results: dict[str, list[Result]], s: Settings) -> None:
