@@ -300,6 +300,12 @@ def test_linear_example_runs_to_completion_with_a_report(tmp_path: Path) -> None
     evals = EventAccumulator(str(checkpoints / "eval"))
     evals.Reload()
     assert [e.step for e in evals.Scalars("mse")][-1] >= max_steps
+    # The SavedModel of the last checkpoint, named by the run's last lines and its summary.
+    export = checkpoints / "export" / str(summary["final_global_step"])
+    assert (export / "saved_model.pb").is_file()
+    assert f"SavedModel: {export} (global step {summary['final_global_step']})" in output
+    assert (summary["export_path"], summary["export_step"]) == (str(export),
+                                                                summary["final_global_step"])
 
 
 def test_digits_cnn_example_reaches_its_accuracy(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ from .scrape import MetricsScraper
 from .summary import RunSummary, format_summary, summarize, write_summary
 from .supervisor import Outcome, Supervisor
 from .view import LiveView, ReplicaState
-from .workdir import Workdir, checkpoint_step, final_eval_from_log
+from .workdir import Workdir, checkpoint_step, export_from_log, final_eval_from_log
 
 
 class LocalRunner:
@@ -202,4 +202,5 @@ class LocalRunner:
             resumed_from_step=self.resumed_from,
             workdir=str(self.workdir.root),
             exit_codes={r.name: r.exit_codes for r in replicas},
+            export=export_from_log(replicas.by_name[naming.CHIEF_KEY].log_path),
         )

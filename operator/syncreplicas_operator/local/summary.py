@@ -122,6 +122,9 @@ class RunSummary:
     # --resize: the changes of workers applied, and (step, workers) of those not reached.
     resizes: list[ResizeRecord] = field(default_factory=list)
     resizes_planned_not_fired: list[tuple[int, int]] = field(default_factory=list)
+    # The chief's SavedModel export at the end of training: its directory and global step.
+    export_path: str | None = None
+    export_step: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """summary.json's content."""
@@ -147,6 +150,7 @@ def summarize(
     resumed_from_step: int | None = None,
     workdir: str = "",
     exit_codes: Mapping[str, Sequence[int]] | None = None,
+    export: tuple[str, int] | None = None,
 ) -> RunSummary:
     """The run's summary from the scraped history and the runner's records.
 
@@ -222,6 +226,8 @@ def summarize(
         seconds_aggregating_fewer=round(fewer_seconds, 3),
         resizes=[dataclasses.replace(r, replicas=list(r.replicas)) for r in resizes],
         resizes_planned_not_fired=list(resizes_planned_not_fired),
+        export_path=export[0] if export else None,
+        export_step=export[1] if export else None,
     )
 
 
@@ -254,6 +260,8 @@ def format_summary(summary: RunSummary, checkpoint_dir: Path, logs_dir: Path,
     ]
     if summaries:
         lines.append(f"  TensorBoard summaries: tensorboard --logdir {checkpoint_dir}")
+    if summary.export_path:
+        lines.append(f"  SavedModel: {summary.export_path} (global step {summary.export_step})")
     if summary.replicas_to_aggregate_lowest is not None:
         lines.append(
             f"  elastic R: updates aggregated as few as {summary.replicas_to_aggregate_lowest}"

@@ -18,6 +18,10 @@ from .errors import RunError
 
 _CHECKPOINT_STEP: Final = re.compile(r'^model_checkpoint_path:\s*"(?:.*[-_])?(\d+)"\s*$', re.M)
 # The line may carry a timestamp or other prefix before the replica's name.
+_EXPORT_LINE: Final = re.compile(
+    rf"(?:^|\s)syncreplicas {re.escape(naming.CHIEF_KEY)}: exported a SavedModel of global step "
+    r"(\d+) to (\S+)$"
+)
 _EVAL_LINE: Final = re.compile(
     rf"(?:^|\s)syncreplicas {re.escape(naming.CHIEF_KEY)}: eval ((?:\S+=\S+\s*)+)$"
 )
@@ -87,3 +91,16 @@ def final_eval_from_log(path: Path) -> dict[str, float]:
             with contextlib.suppress(ValueError):
                 return {name: float(value) for name, _, value in pairs}
     return {}
+
+
+def export_from_log(path: Path) -> tuple[str, int] | None:
+    """The chief's last SavedModel export (its directory, its global step), None if none."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        match = _EXPORT_LINE.search(line)
+        if match:
+            return match.group(2), int(match.group(1))
+    return None

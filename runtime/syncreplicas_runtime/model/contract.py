@@ -11,6 +11,8 @@ A model is a function that builds one replica's part of a TF1 graph and returns 
             "eval_feed": eval_feed_dict,   # optional: feed_dict for the eval tensors
             "learning_rate": rate,         # optional: scalar float tensor, the rate of the
                                            # update at tf.compat.v1.train.get_global_step()
+            "serving": {"inputs": {"x": x},            # optional: the SavedModel's
+                        "outputs": {"y": prediction}},  # serving_default signature
         }
 
 or, with tf.data input, ``"dataset"`` (a finite dataset of single examples) and ``"loss"`` as
@@ -49,6 +51,8 @@ class BuiltModel:
     eval_feed: Mapping[Any, Any] | None = None
     input: Any = None  # data.DatasetInput when the model returned a "dataset"
     learning_rate: Any = None  # the model's own rate tensor, if it returned one
+    # The serving signature, {"inputs": {name: tensor}, "outputs": {name: tensor}}, if any.
+    serving: Mapping[str, Mapping[str, Any]] | None = None
 
     def feed_for(self, sess: Any, step: int) -> Mapping[Any, Any] | None:
         """The feed_dict of a training step at global ``step`` (positions tf.data input)."""
@@ -92,7 +96,8 @@ def build_model(func: Callable[..., Any], *, entrypoint: str, args: Mapping[str,
         raise ModelError(f"model {entrypoint!r} {explain_build_error(err)}") from err
     if not isinstance(out, Mapping):
         raise ModelError(f"model {entrypoint!r} must return a mapping, got {type(out).__name__}")
-    unknown = set(out) - {"loss", "feed", "eval", "eval_feed", "dataset", "learning_rate"}
+    unknown = set(out) - {"loss", "feed", "eval", "eval_feed", "dataset", "learning_rate",
+                          "serving"}
     if unknown:
         raise ModelError(f"model {entrypoint!r} returned unknown keys {sorted(unknown)}")
     if not isinstance(loss, tf.Tensor) or loss.shape.rank != 0 or not loss.dtype.is_floating:
@@ -112,8 +117,22 @@ def build_model(func: Callable[..., Any], *, entrypoint: str, args: Mapping[str,
                              or not rate.dtype.is_floating):
         raise ModelError(f"model {entrypoint!r}: 'learning_rate' must be a scalar float "
                          f"tensor, got {rate!r}")
+    serving = out.get("serving")
+    if serving is not None and not _is_signature(serving, tf.Tensor):
+        raise ModelError(f"model {entrypoint!r}: 'serving' must be {{'inputs': {{name: "
+                         "tensor}, 'outputs': {name: tensor}}, each with at least one tensor")
     return BuiltModel(loss=loss, feed=feed, eval=dict(evals), eval_feed=out.get("eval_feed"),
-                      input=inp, learning_rate=rate)
+                      input=inp, learning_rate=rate,
+                      serving={k: dict(v) for k, v in serving.items()} if serving else None)
+
+
+def _is_signature(serving: Any, tensor: type) -> bool:
+    """Whether ``serving`` is {"inputs": {str: tensor, ...}, "outputs": {str: tensor, ...}}."""
+    return (isinstance(serving, Mapping) and set(serving) == {"inputs", "outputs"}
+            and all(isinstance(side, Mapping) and side
+                    and all(isinstance(k, str) and isinstance(v, tensor)
+                            for k, v in side.items())
+                    for side in serving.values()))
 
 
 def _dataset_input(out: Any, **where: int) -> tuple[Any, Any]:

@@ -48,5 +48,8 @@ def build(*, replica: int, num_replicas: int, batch_size: int, seed: int,
         idx = order[pos * batch_size:(pos + 1) * batch_size]
         return {x: x_train[idx], y: y_train[idx]}
 
+    # The export's signature: 64 pixel values in [0, 1] -> class probabilities and the class.
+    serving = {"inputs": {"x": x},
+               "outputs": {"probabilities": tf.nn.softmax(logits), "classes": tf.argmax(logits, 1)}}
     return {"loss": loss, "feed": feed, "eval": {"accuracy": accuracy},
-            "eval_feed": {x: x_test, y: y_test}}
+            "eval_feed": {x: x_test, y: y_test}, "serving": serving}

@@ -47,6 +47,10 @@ def build(*, replica: int, num_replicas: int, batch_size: int, seed: int,
 
     x = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 1], name="x_test")
     y = tf.compat.v1.placeholder(tf.int64, [None], name="y_test")
-    accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(net(x), 1), y), tf.float32))
+    logits = net(x)
+    accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), y), tf.float32))
+    # The export's signature: 8x8x1 images in [0, 1] -> class probabilities and the class.
+    serving = {"inputs": {"images": x},
+               "outputs": {"probabilities": tf.nn.softmax(logits), "classes": tf.argmax(logits, 1)}}
     return {"dataset": dataset, "loss": loss, "eval": {"accuracy": accuracy},
-            "eval_feed": {x: x_test.reshape(-1, 8, 8, 1), y: y_test}}
+            "eval_feed": {x: x_test.reshape(-1, 8, 8, 1), y: y_test}, "serving": serving}

@@ -74,4 +74,5 @@ def build(*, replica: int, num_replicas: int, batch_size: int, seed: int,
         return {x: bx, y: by}
 
     ex, ey = batch(seed, 10_000, 0, 256, dim, noise)
-    return {"loss": loss, "feed": feed, "eval": {"mse": loss}, "eval_feed": {x: ex, y: ey}}
+    return {"loss": loss, "feed": feed, "eval": {"mse": loss}, "eval_feed": {x: ex, y: ey},
+            "serving": {"inputs": {"x": x}, "outputs": {"y": pred}}}

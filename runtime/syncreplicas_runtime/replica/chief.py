@@ -28,6 +28,7 @@ from ..process.exits import Exit
 from ..process.mainthread import run_off_main_thread
 from ..process.sessions import close_quietly, open_session
 from ..state.checkpoints import restore_or_initialize, save_checkpoint
+from ..state.export import export_saved_model
 from ..state.snapshots import SnapshotStore, Snapshotter
 from ..state.summaries import Summaries, every_steps
 from ..sync.fencing import superseded_by
@@ -231,9 +232,12 @@ def finish_chief(ctx: Context, protocol: SyncProtocol, sess: Any, training: Trai
     cfg = ctx.cfg
     # The step of exit 0's message (a chief may finish without a step of its own here).
     ctx.metrics.global_step.set(global_step)
-    if cfg.training.checkpoint_dir and save_checkpoint(
-            sess, training, cfg.training.checkpoint_dir, global_step, ctx.log):
-        ctx.metrics.checkpoint_step.set(global_step)
+    last = None
+    if cfg.training.checkpoint_dir:
+        last = save_checkpoint(sess, training, cfg.training.checkpoint_dir, global_step,
+                               ctx.log)
+        if last:
+            ctx.metrics.checkpoint_step.set(global_step)
     if training.model.eval:
         evaluate(ctx, sess, training, global_step, summaries)
     protocol.set_done(0)
@@ -246,8 +250,23 @@ def finish_chief(ctx: Context, protocol: SyncProtocol, sess: Any, training: Trai
     else:
         ctx.log(f"finish: replicas {waiting} did not confirm within "
                 f"{FINISH_WAIT_SECONDS:.0f}s")
+    # From the checkpoint on disk, in a graph of its own: once the others are released.
+    if last and training.model.serving is not None:
+        export(ctx, last, global_step)
     ctx.log(f"finished at global step {global_step}")
     return "done"
+
+
+def export(ctx: Context, checkpoint: str, global_step: int) -> None:
+    """The SavedModel of the last checkpoint (state/export.py); a failure is said, and
+    training still ends well: the checkpoint holds the model."""
+    try:
+        path = export_saved_model(ctx.cfg, ctx.model_fn, checkpoint, global_step)
+    except Exception as err:  # the model's serving graph, the disk: say which, go on
+        ctx.log(f"export of global step {global_step} failed: {type(err).__name__}: "
+                f"{str(err).splitlines()[0] if str(err) else ''}")
+        return
+    ctx.log(f"exported a SavedModel of global step {global_step} to {path}")
 
 
 def summarize(ctx: Context, sess: Any, training: TrainingGraph, loop: StepLoop,
