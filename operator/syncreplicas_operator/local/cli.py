@@ -21,6 +21,7 @@ from typing import Any, Final
 from ..core import manifests, naming
 from ..core.spec import Job
 from ..resources.manifestfile import InputError, parse_documents, read_documents
+from .board import DEFAULT_PORT
 from .chaos import ChaosKill, ChaosSpecError, parse_chaos, plan_chaos
 from .errors import RUN_BAD_INPUT, RUN_INTERRUPTED, RunError
 from .processes import LocalPlanError, LocalProcess, plan_local_processes, replica_of
@@ -60,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--metrics-port", metavar="PORT", type=int,
         help="serve every replica's metrics on 127.0.0.1:PORT/metrics with replica_type "
         "and replica_index labels, for a local Prometheus (0: a free port)",
+    )
+    parser.add_argument(
+        "--tensorboard", metavar="PORT", type=int, nargs="?", const=DEFAULT_PORT,
+        help=f"serve TensorBoard on 127.0.0.1:PORT (default {DEFAULT_PORT}; 0: a free port) "
+        "with the chief's summaries while the job trains",
     )
     parser.add_argument(
         "--chaos", metavar="SPEC",
@@ -103,6 +109,7 @@ def main(args: argparse.Namespace) -> int:
         runner = LocalRunner(
             job, processes, workdir=workdir, chaos=chaos, resizes=resizes, fresh=args.fresh,
             metrics_port=args.metrics_port, report_dir=args.report, plain=args.plain,
+            tensorboard_port=args.tensorboard,
         )
         return runner.run()
     except RunError as err:

@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import Metric
 
 from ..core import naming
 from ..core.spec import Job
+from .board import TensorBoard
 from .chaos import ChaosKill
 from .errors import RUN_FAILED, RunError
 from .interventions import Interventions
@@ -60,6 +61,7 @@ class LocalRunner:
         report_dir: Path | None = None,
         plain: bool = False,
         stream: IO[str] | None = None,
+        tensorboard_port: int | None = None,
     ) -> None:
         self.job = job
         self.workdir = Workdir(workdir)
@@ -76,6 +78,9 @@ class LocalRunner:
         )
         self.view: LiveView | None = None
         self.metrics_server: Any = None
+        self.board = (TensorBoard(self.workdir.checkpoints, tensorboard_port,
+                                  self.workdir.logs / "tensorboard.log")
+                      if tensorboard_port is not None else None)  # fmt: skip
         self.started = time.monotonic()
         self.resumed_from: int | None = None  # checkpoint step found at start
         self.interventions = Interventions(
@@ -110,6 +115,8 @@ class LocalRunner:
                 self.replica_states, stream=self.stream, plain=self.plain,
             )
             self.view.start()
+            if self.board is not None:
+                self.board.start(self.stream)
             if self.job.spec.run_policy.warm_restarts:
                 self.replicas.start_warm(self.workdir.logs / "warmstart.log")
             for replica in self.replicas:  # PS first, as the operator creates them
@@ -121,6 +128,8 @@ class LocalRunner:
         finally:
             self.replicas.stop_all(self._note)
             self.replicas.stop_warm()
+            if self.board is not None:
+                self.board.stop()
             self.scraper.scrape_once()
             self.scraper.stop()
             if self.view is not None:
