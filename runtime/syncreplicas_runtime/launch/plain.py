@@ -35,6 +35,7 @@ def main() -> int:
     """Run this process as the replica its environment names; the exit code it ends with."""
     stacks_on_sigusr1()  # also here: a warm start's child runs main() alone
     from ..foundation.config import STEP_DELAY_ENV, ConfigError, parse_config
+    from ..foundation.stepdelay import ParetoDelays, parse_step_delay
     from ..process.exits import Exit
     from .restartrules import COUNT_ENV
     from .sparerules import TOOK_OVER_ENV
@@ -46,13 +47,10 @@ def main() -> int:
     except ConfigError as err:
         return fail(exitcodes.CONFIG, f"bad configuration: {err}")
     name = f"{cfg.role}-{cfg.index}"
-    delay_setting = os.environ.get(STEP_DELAY_ENV, "0") or "0"
-    delay_file = delay_setting[1:] if delay_setting.startswith("@") else None
     try:
-        delay_ms = 0.0 if delay_file else float(delay_setting)
-    except ValueError:
-        return fail(exitcodes.CONFIG, f"bad configuration: {STEP_DELAY_ENV}: "
-                    "must be a number of milliseconds or @FILE")
+        delay = parse_step_delay(os.environ.get(STEP_DELAY_ENV, "0"))
+    except ValueError as err:
+        return fail(exitcodes.CONFIG, f"bad configuration: {STEP_DELAY_ENV}: {err}")
     from ..process.metrics import RuntimeMetrics, serve
 
     metrics = RuntimeMetrics()
@@ -106,8 +104,9 @@ def main() -> int:
     except Exception as err:  # e.g. the port is taken: transient on a shared node
         return fail(exitcodes.RETRY, f"cannot start the gRPC server on {cfg.address}: {err}")
     ctx = Context(cfg=cfg, server=server, metrics=metrics, readiness=readiness,
-                  model_fn=model_fn, name=name, step_delay=delay_ms / 1000.0,
-                  step_delay_file=delay_file)
+                  model_fn=model_fn, name=name, step_delay=delay.ms / 1000.0,
+                  step_delay_file=delay.file,
+                  step_delays=ParetoDelays(*delay.pareto, name) if delay.pareto else None)
     ctx.log(f"started: tensorflow {tf.__version__} imported in {imported - started:.1f}s, "
             f"server {cfg.address} up at {time.monotonic() - started:.1f}s "
             f"(R={cfg.replicas_to_aggregate}, replicas={cfg.total_replicas}, "

@@ -31,6 +31,7 @@ class Context:
     name: str
     step_delay: float = 0.0
     step_delay_file: str | None = None  # the debug delay is read from here (config.py)
+    step_delays: Any = None  # or drawn afresh before every step (foundation/stepdelay.py)
     _delay_read_at: float = 0.0
     last_progress: float = field(default_factory=time.monotonic)
     watchdog_armed: bool = False

@@ -72,6 +72,9 @@ class StepLoop:
     def debug_delay(self) -> float:
         """Sleep the debug step delay; one read from a file is cut short when it changes."""
         start = time.monotonic()
+        if self.ctx.step_delays is not None:  # a fresh draw for this step
+            time.sleep(self.ctx.step_delays.next())
+            return time.monotonic() - start
         while (elapsed := time.monotonic() - start) < (delay := self.ctx.current_step_delay()):
             time.sleep(min(0.05, delay - elapsed))
         return time.monotonic() - start
