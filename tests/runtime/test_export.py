@@ -1,6 +1,6 @@
-"""The chief's SavedModel export (runtime/syncreplicas_runtime/state/export.py): a finished
-job's export, loaded in a fresh process as a server would, gives the outputs of the model
-at the exported checkpoint."""
+"""The chief's SavedModel export (runtime/syncreplicas_runtime/state/export.py). A real job's
+export, loaded in a fresh process as a server would, gives the outputs of the model at the
+exported checkpoint: tests/runtime/test_summaries.py (one job for both)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ import pytest
 from syncreplicas_runtime.model.contract import ModelError, build_model
 from syncreplicas_runtime.state.export import KEEP, exported_steps, prune
 
-from tests.runtime.rtutil import linear_job, runtime_env
-from tests.support.tfcluster import start_cluster
+from tests.runtime.rtutil import runtime_env
 
-HANG_GUARD = 120.0
 # A fresh process, as a model server: TensorFlow 2's loader, the signature by its name.
 SERVE = """
 import json, sys
@@ -35,32 +33,6 @@ def served(path: Path, x: np.ndarray) -> dict[str, list[list[float]]]:
                           env={**runtime_env(), "CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
-
-
-@pytest.mark.timeout(300)
-def test_a_finished_job_exports_a_saved_model_that_serves_its_last_checkpoint(
-        tmp_path: Path) -> None:  # fmt: skip
-    steps = 30
-    ckpt = tmp_path / "ckpt"
-    job = linear_job(training__maxSteps=steps, training__checkpointDir=str(ckpt),
-                     training__checkpointEverySteps=1000)
-    with start_cluster(job, workers=1, ps=1, workdir=tmp_path, env=runtime_env()) as cluster:
-        codes = cluster.wait(timeout=HANG_GUARD)
-        logs = cluster.logs()
-    assert set(codes.values()) == {0}, logs
-    export = ckpt / "export" / str(steps)
-    assert f"exported a SavedModel of global step {steps} to {export}" in cluster.log(
-        "chief", 0), logs
-    assert sorted(p.name for p in (ckpt / "export").iterdir()) == [str(steps)]  # none aside
-
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(str(ckpt))
-    assert int(reader.get_tensor("global_step")) == steps
-    w, b = reader.get_tensor("linear/w"), float(reader.get_tensor("linear/b"))
-    assert np.abs(w).sum() > 0  # trained, not the zeros it starts from
-    x = np.random.RandomState(1).normal(size=(5, w.shape[0])).astype(np.float32)
-    np.testing.assert_allclose(served(export, x)["y"], x @ w + b, rtol=1e-5, atol=1e-6)
 
 
 def test_only_whole_exports_count_and_the_newest_are_kept(tmp_path: Path) -> None:

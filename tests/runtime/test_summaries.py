@@ -83,10 +83,12 @@ def test_the_rates_cover_the_window_since_the_last_summary(tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(300)
-def test_a_job_leaves_summaries_tensorboard_reads(tmp_path: Path) -> None:
+def test_a_job_leaves_summaries_tensorboard_reads_and_a_saved_model_that_serves(
+        tmp_path: Path) -> None:  # fmt: skip
     """A real job (chief, a worker, a PS): the chief's loss, learning rate, global steps/s and
     the model's own summary ops every summaryEverySteps, and the final evaluation under
-    eval/, in the checkpoint directory."""
+    eval/, in the checkpoint directory; and the SavedModel of its last checkpoint, loaded
+    in a fresh process as a model server would, gives that checkpoint's outputs."""
     steps_total, every, lr = 60, 10, 0.05
     ckpt = tmp_path / "ckpt"
     job = linear_job(replicasToAggregate=2, model__entrypoint="tests.runtime.summarymodel:build",
@@ -108,3 +110,19 @@ def test_a_job_leaves_summaries_tensorboard_reads(tmp_path: Path) -> None:
     assert steps(acc, "w_norm") == loss and steps(acc, "batch_mean_y") == loss
     assert "w" in acc.Tags()["histograms"]
     assert steps(board(ckpt / "eval"), "mse") == [steps_total]
+    # The same job's export (tests/runtime/test_export.py): the last checkpoint, served.
+    export = ckpt / "export" / str(steps_total)
+    assert f"exported a SavedModel of global step {steps_total} to {export}" in cluster.log(
+        "chief", 0), logs
+    assert sorted(p.name for p in (ckpt / "export").iterdir()) == [str(steps_total)]
+    import numpy as np
+    import tensorflow as tf
+
+    from tests.runtime.test_export import served
+
+    reader = tf.train.load_checkpoint(str(ckpt))
+    assert int(reader.get_tensor("global_step")) == steps_total
+    w, b = reader.get_tensor("linear/w"), float(reader.get_tensor("linear/b"))
+    assert np.abs(w).sum() > 0  # trained, not the zeros it starts from
+    x = np.random.RandomState(1).normal(size=(5, w.shape[0])).astype(np.float32)
+    np.testing.assert_allclose(served(export, x)["y"], x @ w + b, rtol=1e-5, atol=1e-6)
