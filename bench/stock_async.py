@@ -27,14 +27,9 @@ held-out accuracy), ``done``, ``error``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 import time
 
-
-def emit(event: str, **fields: object) -> None:
-    print(json.dumps({"t": time.time(), "event": event, **fields}), flush=True)
+from _stockrun import emit, run, start_server
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,16 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from syncreplicas_runtime.foundation.stepdelay import ParetoDelays, parse_step_delay
     from syncreplicas_runtime.models import digits, digits_cnn
 
-    emit("imported")
-    tf_config = json.loads(os.environ["TF_CONFIG"])
-    cluster = tf.train.ClusterSpec(tf_config["cluster"])
-    job, index = tf_config["task"]["type"], int(tf_config["task"]["index"])
-    server = tf.distribute.Server(cluster, job_name=job, task_index=index)
-    emit("server_up", job=job, index=index)
-    if job == "ps":
-        server.join()
-        return 0
-    total = len(tf_config["cluster"].get("chief", [])) + len(tf_config["cluster"].get("worker", []))
+    server, cluster, job, index, total = start_server()  # a PS stays in there
     is_chief = job == "chief"
     replica = index + (0 if is_chief else 1)
     delay = parse_step_delay(args.straggler)
@@ -129,8 +115,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as err:  # a benchmark row must say why it has no numbers
-        emit("error", kind=type(err).__name__, message=str(err)[:500])
-        raise
+    run(main)

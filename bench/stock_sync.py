@@ -21,17 +21,12 @@ time to first step and steps/s: ``start``, ``imported``, ``server_up``, ``sessio
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import time
 
+from _stockrun import emit, run, start_server
+
 T_START = time.time()
-
-
-def emit(event: str, **fields: object) -> None:
-    """One machine-readable line; flushed so timestamps match when it was written."""
-    print(json.dumps({"t": time.time(), "event": event, **fields}), flush=True)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,17 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     import tensorflow as tf  # imported here so the harness can time the import
     from syncreplicas_runtime.models import linear
 
-    emit("imported")
-    tf_config = json.loads(os.environ["TF_CONFIG"])
-    cluster = tf.train.ClusterSpec(tf_config["cluster"])
-    job, index = tf_config["task"]["type"], int(tf_config["task"]["index"])
-    server = tf.distribute.Server(cluster, job_name=job, task_index=index)
-    emit("server_up", job=job, index=index)
-    if job == "ps":
-        server.join()  # stock: blocks forever, the PS outlives training
-        return 0
-
-    total = len(tf_config["cluster"].get("chief", [])) + len(tf_config["cluster"].get("worker", []))
+    server, cluster, job, index, total = start_server()  # a PS stays in there
     is_chief = job == "chief"
     replica_id = index + (0 if is_chief else 1)
     v1 = tf.compat.v1
@@ -138,8 +123,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as err:  # a benchmark row must say why it has no numbers
-        emit("error", kind=type(err).__name__, message=str(err)[:500])
-        raise
+    run(main)
