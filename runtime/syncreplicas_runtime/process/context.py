@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from ..foundation import exitcodes
 from ..foundation.config import ClusterConfig
 from ..foundation.phases import ReplicaPhase
+from ..foundation.stepdelay import ParetoDelays
 from .metrics import RuntimeMetrics
 from .termination import exit_now
 from .unlisting import POLL_SECONDS, UNLISTED_WAIT_SECONDS, wait_until_unlisted
@@ -31,7 +32,7 @@ class Context:
     name: str
     step_delay: float = 0.0
     step_delay_file: str | None = None  # the debug delay is read from here (config.py)
-    step_delays: Any = None  # or drawn afresh before every step (foundation/stepdelay.py)
+    step_delays: ParetoDelays | None = None  # or drawn afresh before every step
     _delay_read_at: float = 0.0
     last_progress: float = field(default_factory=time.monotonic)
     watchdog_armed: bool = False

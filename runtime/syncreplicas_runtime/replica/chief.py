@@ -232,11 +232,11 @@ def finish_chief(ctx: Context, protocol: SyncProtocol, sess: Any, training: Trai
     cfg = ctx.cfg
     # The step of exit 0's message (a chief may finish without a step of its own here).
     ctx.metrics.global_step.set(global_step)
-    last = None
+    saved = None  # the last checkpoint's path
     if cfg.training.checkpoint_dir:
-        last = save_checkpoint(sess, training, cfg.training.checkpoint_dir, global_step,
-                               ctx.log)
-        if last:
+        saved = save_checkpoint(sess, training, cfg.training.checkpoint_dir, global_step,
+                                ctx.log)
+        if saved:
             ctx.metrics.checkpoint_step.set(global_step)
     if training.model.eval:
         evaluate(ctx, sess, training, global_step, summaries)
@@ -251,8 +251,8 @@ def finish_chief(ctx: Context, protocol: SyncProtocol, sess: Any, training: Trai
         ctx.log(f"finish: replicas {waiting} did not confirm within "
                 f"{FINISH_WAIT_SECONDS:.0f}s")
     # From the checkpoint on disk, in a graph of its own: once the others are released.
-    if last and training.model.serving is not None:
-        export(ctx, last, global_step)
+    if saved and training.model.serving is not None:
+        export(ctx, saved, global_step)
     ctx.log(f"finished at global step {global_step}")
     return "done"
 
