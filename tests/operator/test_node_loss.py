@@ -23,7 +23,10 @@ from syncreplicas_operator.core import naming
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(120)]
 
-GRACE = "1.5"  # --node-lease-grace-seconds
+# --node-lease-grace-seconds. Wide enough that a healthy node's renewals, every 0.3 s, are
+# never 5 s late under the suite's load (a CI run's test process, niced beside the cluster
+# lane, once went 2 s without renewing n1, and at 1.5 s n1 was taken for lost too).
+GRACE = 5.0
 NODES = "/api/v1/nodes"
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{naming.NODE_LEASE_NAMESPACE}/leases"
 # The replicas put on the node that will be lost; the others run on n1.
@@ -147,10 +150,10 @@ async def test_the_replicas_of_a_lost_node_are_replaced_at_once(cluster: Cluster
     for node in ("n1", "n2"):
         await add_node(c, node)
     async with kubelets(c, {"n1", "n2"}) as beating:
-        await c.start_operator("--node-lease-grace-seconds", GRACE)
+        await c.start_operator("--node-lease-grace-seconds", str(GRACE))
         await running_on_two_nodes(c, ns)
         before = {name: incarnations(c, ns, name)[0] for name in ON_N2}
-        await asyncio.sleep(2.0)  # longer than the grace: healthy nodes lose nothing
+        await asyncio.sleep(GRACE + 0.5)  # longer than the grace: healthy nodes lose nothing
         assert not force_deleted(c, ns)
         started = time.monotonic()
         await lose_n2(c, how, beating)
@@ -158,7 +161,7 @@ async def test_the_replicas_of_a_lost_node_are_replaced_at_once(cluster: Cluster
         for name in ON_N2:
             await c.wait_for(lambda n=name: len(incarnations(c, ns, n)) == 2, what="re-created")
         took = time.monotonic() - started
-        assert took < (8.0 if how == "lease" else 5.0), took
+        assert took < (GRACE + 6.5 if how == "lease" else 5.0), took
         (message,) = node_lost_events(c, ns)
         assert message.startswith("node n2 lost (") and "nl-ps-0, nl-worker-1" in message
         for name in ON_N2:
@@ -191,7 +194,7 @@ async def test_with_node_loss_handling_off_nothing_is_done(cluster: Cluster) -> 
     c, ns = cluster, "lost-off"
     for node in ("n1", "n2"):
         await add_node(c, node)
-    await c.start_operator("--node-loss-handling", "off", "--node-lease-grace-seconds", GRACE)
+    await c.start_operator("--node-loss-handling", "off", "--node-lease-grace-seconds", str(GRACE))
     await running_on_two_nodes(c, ns)
     await lose_n2(c, "ready", set())
     await c.delete(f"{NODES}/n1")
