@@ -199,7 +199,7 @@ def main() -> int:
             for name in names:
                 result = SYSTEMS[name](s, root / f"{repeat}-{name.replace(' ', '_')}")
                 results[name].append(result)
-                reached = ", ".join(f"{t:.2f} in {r[0]:.1f} s (step {r[1]})"
+                reached = ", ".join(f"{t:g} in {r[0]:.1f} s (step {r[1]})"
                                     for t, r in sorted(result.reached.items()))  # fmt: skip
                 print(f"repeat {repeat + 1} {name}: {reached or 'no target reached'}; last "
                       f"{result.last}", flush=True)  # fmt: skip
@@ -250,7 +250,7 @@ def report(results: dict[str, list[Result]], s: Settings) -> None:
             got = [t for t in times if t is not None]
             medians[(name, target)] = obs.median(got) if len(got) == len(runs) else None
             worst = max(got) if len(got) == len(runs) else None
-            print(f"| {name} | {target:.2f} | {obs.fmt(medians[(name, target)], '.1f')} "
+            print(f"| {name} | {target:g} | {obs.fmt(medians[(name, target)], '.1f')} "
                   f"({obs.fmt(worst, '.1f')}) | "
                   f"{obs.fmt(obs.median([x for x in steps if x is not None]), '.0f')} | "
                   f"{len(got)}/{len(runs)} |")  # fmt: skip
@@ -261,7 +261,7 @@ def report(results: dict[str, list[Result]], s: Settings) -> None:
         print(f"| {name} | {obs.fmt(obs.median(best), '.3f')} "
               f"({obs.fmt(min(best) if best else None, '.3f')}) |")
     base = "sync R=3 +1 backup"
-    print("\n| ratio (time to target, medians) | " + " | ".join(f"{t:.2f}" for t in s.targets)
+    print("\n| ratio (time to target, medians) | " + " | ".join(f"{t:g}" for t in s.targets)
           + " |")  # fmt: skip
     print("| --- |" + " --- |" * len(s.targets))
     for name in results:

@@ -161,7 +161,8 @@ async def test_the_replicas_of_a_lost_node_are_replaced_at_once(cluster: Cluster
         for name in ON_N2:
             await c.wait_for(lambda n=name: len(incarnations(c, ns, n)) == 2, what="re-created")
         took = time.monotonic() - started
-        assert took < (GRACE + 6.5 if how == "lease" else 5.0), took
+        # At once: seconds, where Kubernetes alone waits 50 s and then the pods' 300 s.
+        assert took < (GRACE + 6.5 if how == "lease" else 8.0), took
         (message,) = node_lost_events(c, ns)
         assert message.startswith("node n2 lost (") and "nl-ps-0, nl-worker-1" in message
         for name in ON_N2:
