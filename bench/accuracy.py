@@ -22,7 +22,7 @@ each run reached is reported too. The systems
 alternate within each repeat; the tables are medians and maxima over the repeats, and the
 ratios compare each to ``sync R=3 +1 backup``. Not a test.
 
-    .venv/bin/python bench/accuracy.py --plot bench/accuracy.png   # 3 repeats (~15 min)
+    .venv/bin/python bench/accuracy.py --plot docs/images/time-to-accuracy.png   # ~10 min
     .venv/bin/python bench/accuracy.py --repeats 1     # one of each
 """
 
@@ -182,8 +182,11 @@ def main() -> int:
     parser.add_argument("--straggler", default="pareto:50:1.5",
                         help="worker 2's delay before every step: MS or pareto:MS:ALPHA "
                         "(the runtime's debug step delay)")  # fmt: skip
-    parser.add_argument("--targets", default="0.95,0.97")
-    parser.add_argument("--timeout", type=float, default=300.0, help="s per run")
+    # 0.995 is above what this model reaches on the held-out set (0.989-0.992 in 45 s), so
+    # by default every run trains the whole --timeout: the best accuracies compare equal time.
+    parser.add_argument("--targets", default="0.97,0.98,0.995")
+    parser.add_argument("--timeout", type=float, default=45.0,
+                        help="s per run (it ends sooner when the highest target is reached)")
     parser.add_argument("--plot", type=Path, help="a PNG of every run's accuracy over time")
     args = parser.parse_args()
     s = Settings(args.optimizer, args.learning_rate, args.batch_size, args.eval_every,
@@ -231,7 +234,9 @@ def plot(results: dict[str, list[Result]], s: Settings, path: Path) -> None:
     ax.set_ylim(0.5, 1.0)
     ax.set_xlabel("seconds since every server was up")
     ax.set_ylabel("held-out accuracy (chief)")
-    ax.set_title(f"digits CNN, chief + {WORKERS} workers, worker 2 a straggler ({s.straggler} ms)")
+    delay = s.straggler if ":" in s.straggler else f"{s.straggler} ms"
+    ax.set_title(f"digits CNN, chief + {WORKERS} workers, worker 2 a straggler ({delay}), "
+                 f"{s.optimizer} {s.learning_rate:g}")
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -254,12 +259,16 @@ def report(results: dict[str, list[Result]], s: Settings) -> None:
                   f"({obs.fmt(worst, '.1f')}) | "
                   f"{obs.fmt(obs.median([x for x in steps if x is not None]), '.0f')} | "
                   f"{len(got)}/{len(runs)} |")  # fmt: skip
-    print("\n| system | best accuracy, median (min) |")
-    print("| --- | --- |")
+    # The first evaluation (global step --eval-every) tells the start (the chief's
+    # initialisation, the first steps) from the training that follows it.
+    print("\n| system | best accuracy, median (min) | s to the first evaluation, median (max) |")
+    print("| --- | --- | --- |")
     for name, runs in results.items():
         best = [max(a for _, a in r.curve) for r in runs if r.curve]
+        first = [r.curve[0][0] for r in runs if r.curve]
         print(f"| {name} | {obs.fmt(obs.median(best), '.3f')} "
-              f"({obs.fmt(min(best) if best else None, '.3f')}) |")
+              f"({obs.fmt(min(best) if best else None, '.3f')}) | "
+              f"{obs.fmt(obs.median(first), '.1f')} ({obs.fmt(max(first, default=None), '.1f')}) |")
     base = "sync R=3 +1 backup"
     print("\n| ratio (time to target, medians) | " + " | ".join(f"{t:g}" for t in s.targets)
           + " |")  # fmt: skip
