@@ -19,14 +19,20 @@ SHARED = "/var/lib/syncreplicas/shared"
 DELAY_FILE = "step-delay-ms"
 UPDATES_FILE = "updates"
 SNAPSHOT_EVERY = 10
-# The step delay caps the rate at about 15 updates/s (each of 3 gradient replicas sleeps 100
-# ms before a step, R = 2), so 12000 steps take 13 minutes however fast the machine. It is
-# also the pace of every job that only has to be training while a test acts on it: a job
-# of 1 PS, a chief and 2 workers takes 0.44 of a core at 100 ms (8.1 steps/s), 0.93 at 25 ms
+# The pace of every job that only has to be training while a test acts on it: each of its 3
+# gradient replicas sleeps 100 ms before a step (R = 2: at most about 15 updates/s). A job of
+# 1 PS, a chief and 2 workers takes 0.44 of a core at 100 ms (8.1 steps/s), 0.93 at 25 ms
 # and 1.50 (up to 1.78, the whole machine) at none (bench/jobpace.py, CONTRIBUTING.md).
 DELAY_MS = 100
 STEP_DELAY_ENV = "SYNCREPLICAS_DEBUG_STEP_DELAY_MS"
-MAX_STEPS = 12000
+# The job that a whole sequence of faults hits (manifest() below) goes four times slower,
+# with a quarter of the steps: at most about 3.75 updates/s, so 3000 steps still take 13
+# minutes however fast the machine, but once the last fault is over and the delay lifted,
+# a quarter as many steps are left to run at full speed (each costs CPU however it is
+# paced: 12000 steps at 100 ms left thousands for the end, minutes of both cores).
+FAULT_DELAY_MS = 400
+MAX_STEPS = 3000
+CHECKPOINT_EVERY = 50  # a checkpoint every 15-20 s at that pace
 
 
 def shared_dir(tmp_path: Path, delay_ms: int = DELAY_MS) -> Path:
@@ -69,8 +75,9 @@ def manifest(name: str, shared: Path, max_steps: int = MAX_STEPS) -> dict[str, A
     job["spec"].update({"workers": 2, "replicasToAggregate": 2, "parameterServers": 1,
                         "minReplicasToAggregate": 1})  # fmt: skip
     job["spec"]["training"].update(
-        {"maxSteps": max_steps, "checkpointEverySteps": 200, "snapshotEverySteps": SNAPSHOT_EVERY,
-         "logEverySteps": 500, "evalEverySteps": 0, "checkpointDir": f"{SHARED}/checkpoints"}
+        {"maxSteps": max_steps, "checkpointEverySteps": CHECKPOINT_EVERY,
+         "snapshotEverySteps": SNAPSHOT_EVERY, "logEverySteps": 500,
+         "evalEverySteps": 0, "checkpointDir": f"{SHARED}/checkpoints"}
     )
     job["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 0}
     container, volume = delayed({"name": "syncreplicas"}, shared)

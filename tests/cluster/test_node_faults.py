@@ -62,6 +62,8 @@ from tests.cluster.jobwatch import (
     placement,
 )
 from tests.cluster.slowjob import (
+    CHECKPOINT_EVERY,
+    FAULT_DELAY_MS,
     MAX_STEPS,
     SNAPSHOT_EVERY,
     UPDATES_FILE,
@@ -141,7 +143,7 @@ def test_a_job_survives_crashed_partitioned_drained_and_preempted_nodes(
     assert len(following) == 1 and following[0] != leading, (leading, following)
     others = [n for n in names if n not in (leading, following[0])]
     nodes = {"O": following[0], "A": leading, "B": others[0], "C": others[1]}
-    shared = shared_dir(tmp_path)
+    shared = shared_dir(tmp_path, FAULT_DELAY_MS)
     label_nodes({nodes["A"]: ["ps"], nodes["B"]: ["chief"], nodes["C"]: ["worker"]})
     kube.kubectl("apply", "-n", namespace, "-f", "-",
                  input=yaml.safe_dump(manifest(JOB, shared)))  # fmt: skip
@@ -150,7 +152,8 @@ def test_a_job_survives_crashed_partitioned_drained_and_preempted_nodes(
         with watched(namespace, shared, nodes) as f:
             figures = f.figures
             steps, checkpoints = f.steps, f.checkpoints
-            kube.eventually("training passes step 200", lambda: steps.last() >= 200, 240)
+            kube.eventually("the first checkpoint's step passed",
+                            lambda: steps.last() >= CHECKPOINT_EVERY, 240)  # fmt: skip
             where = placement(namespace, JOB)
             assert where == {"ps-0": nodes["A"], "chief-0": nodes["B"], "worker-0": nodes["C"],
                              "worker-1": nodes["C"]}, where  # fmt: skip
