@@ -20,25 +20,33 @@ import pytest
 import yaml
 
 from tests.cluster import kube
-from tests.cluster.slowjob import DELAY_MS, delayed, lift_delay, shared_dir, step_delay
+from tests.cluster.slowjob import (
+    DELAY_MS,
+    FAULT_DELAY_MS,
+    delayed,
+    lift_delay,
+    shared_dir,
+    step_delay,
+)
 
 JOB = "faults"
 SELECTOR = f"syncreplicas.io/job-name={JOB}"
 SNAPSHOT_EVERY = 10
-# At slowjob's pace (about 8 steps/s), 6 minutes at least of training for the faults to
-# land in; after the delay is lifted the rest runs at full speed (30 ms of CPU a step).
-MAX_STEPS = 3000
+# At slowjob's fault pace (at most about 3.75 steps/s), 200 s at least of training for the
+# faults to land in; after the delay is lifted the rest runs at full speed (30 ms of CPU a
+# step), the fewer the better.
+MAX_STEPS = 750
 
 
 def job(shared: Path | None = None, **spec: Any) -> dict[str, Any]:
-    """The linear example, slowed to about 8 steps/s (slowjob's step delay in every replica)
-    so that faults land while it trains; with ``shared``, the delay is read from a file
-    there (slowjob), and lifting it ends the job soon."""
+    """The linear example, slowed by slowjob's step delay in every replica so that faults
+    land while it trains; with ``shared``, the delay is read from a file there (slowjob's
+    fault pace, set by the test), and lifting it ends the job soon."""
     manifest = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
     manifest["metadata"]["name"] = JOB
     manifest["spec"].update({"workers": 2, "replicasToAggregate": 2, "parameterServers": 1})
     manifest["spec"]["training"].update(
-        {"maxSteps": MAX_STEPS, "checkpointEverySteps": 500, "snapshotEverySteps": SNAPSHOT_EVERY,
+        {"maxSteps": MAX_STEPS, "checkpointEverySteps": 250, "snapshotEverySteps": SNAPSHOT_EVERY,
          "logEverySteps": 500, "evalEverySteps": 0}
     )
     manifest["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 6}
@@ -109,12 +117,12 @@ def advancing(namespace: str, pod_name: str, seconds: float = 3.0) -> bool:
 @pytest.mark.timeout(1200)
 def test_a_job_survives_a_killed_worker_a_deleted_chief_and_ps(
         namespace: str, tmp_path: Path) -> None:  # fmt: skip
-    shared = shared_dir(tmp_path)
+    shared = shared_dir(tmp_path, FAULT_DELAY_MS)
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job(shared)))
     figures: dict[str, str] = {}
     try:
-        kube.eventually("training passes step 100", lambda: step_of(namespace, f"{JOB}-worker-0")
-                        >= 100, 180)  # fmt: skip
+        kube.eventually("training passes step 25", lambda: step_of(namespace, f"{JOB}-worker-0")
+                        >= 25, 180)  # fmt: skip
 
         # 1. A worker's process killed in its container: the kubelet restarts it in place.
         since = now_rfc3339()
