@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from tests.cluster import kube
-from tests.cluster.slowjob import delayed, lift_delay, shared_dir
+from tests.cluster.slowjob import FAULT_DELAY_MS, delayed, lift_delay, shared_dir
 from tests.cluster.test_nodes import IMAGE, SLEEPER
 
 JOB = "guarded"
@@ -71,11 +71,13 @@ except Exception as err:
 
 def job_manifest(shared: Path) -> dict[str, Any]:
     """1 PS, a chief and a worker (R = 2), on three different nodes, every step slowed by a
-    delay read from ``shared`` (lifted at the end to finish at once)."""
+    delay read from ``shared`` (lifted at the end to finish at once): at slowjob's fault
+    pace at most about 1.25 updates/s, so its 750 steps take 10 minutes at least, and few
+    are left for the end at full speed (3000 at 100 ms left minutes of them)."""
     job = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
     job["metadata"]["name"] = JOB
     job["spec"].update({"workers": 1, "replicasToAggregate": 2, "parameterServers": 1})
-    job["spec"]["training"].update({"maxSteps": 3000, "checkpointEverySteps": 1000,
+    job["spec"]["training"].update({"maxSteps": 750, "checkpointEverySteps": 250,
                                     "logEverySteps": 500, "evalEverySteps": 0})  # fmt: skip
     container, volume = delayed({"name": "syncreplicas"}, shared)
     apart = {"requiredDuringSchedulingIgnoredDuringExecution": [{
@@ -126,7 +128,7 @@ def guarded(cluster_up: None, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """A training job and two probing pods that are not the job's."""
     stamp = f"{int(time.time()) % 100000}"
     namespace, other = f"np-job-{stamp}", f"np-other-{stamp}"
-    shared = shared_dir(tmp_path_factory.mktemp("np"))
+    shared = shared_dir(tmp_path_factory.mktemp("np"), FAULT_DELAY_MS)
     for name in (namespace, other):
         kube.kubectl("create", "namespace", name)
     try:
@@ -212,7 +214,7 @@ def test_only_the_jobs_own_pods_reach_its_grpc_ports(guarded: dict[str, Any]) ->
     kube.eventually("closed by the new policy", lambda: all_refused(guarded), ENFORCED_WITHIN)
 
     # The job's own replicas reached each other all along: it trains to the end (as long as
-    # its step moves: the rest of 3000 steps took over 240 s in a loaded CI run).
+    # its step moves: the rest of 3000 steps at 100 ms took over 240 s in a loaded CI run).
     lift_delay(guarded["shared"])
 
     status = kube.finished_training(namespace, JOB, stalled=90, limit=480)
