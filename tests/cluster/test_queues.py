@@ -27,7 +27,7 @@ import yaml
 
 from tests.cluster import kube
 from tests.cluster.jobwatch import CheckpointWatch
-from tests.cluster.slowjob import SHARED, delayed, lift_delay, shared_dir
+from tests.cluster.slowjob import FAULT_DELAY_MS, SHARED, delayed, lift_delay, shared_dir
 from tests.cluster.test_failures import sample
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -129,16 +129,18 @@ def chief_step(namespace: str, name: str) -> int | None:
 def test_quota_waits_priority_preempts_and_the_preempted_job_resumes_from_its_checkpoint(
         namespace: str, tmp_path: Path) -> None:  # fmt: skip
     cq = f"cq-{namespace}"[:63]
-    shared = shared_dir(tmp_path, delay_ms=100)
+    # L at slowjob's fault pace: 750 steps take 10 minutes at least (1 worker and the chief),
+    # and once the delay is lifted few are left to run at full speed.
+    shared = shared_dir(tmp_path, FAULT_DELAY_MS)
     kube.kubectl("apply", "-f", "-", input=queues(namespace))
     apply = lambda body: kube.kubectl("apply", "-n", namespace, "-f", "-",  # noqa: E731
                                       input=yaml.safe_dump(body))  # fmt: skip
     try:
         with CheckpointWatch(shared / "checkpoints") as checkpoints:
             # 1. L admitted and training; a job without the label runs beside it.
-            apply(queued_job("low", shared, "low", steps=3000))
+            apply(queued_job("low", shared, "low", steps=750))
             apply(queued_job("plain", None, None, steps=200, queue=None))
-            kube.eventually("L training", lambda: (chief_step(namespace, "low") or 0) >= 50, 240)
+            kube.eventually("L training", lambda: (chief_step(namespace, "low") or 0) >= 10, 240)
             assert [w["metadata"]["labels"]["syncreplicas.io/job-name"]
                     for w in workloads(namespace)] == ["low"]  # fmt: skip
             assert kube.finished(namespace, "plain", 240)["phase"] == "Succeeded"
