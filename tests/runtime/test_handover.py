@@ -240,7 +240,8 @@ def test_the_whole_job_at_sigterm_keeps_the_chiefs_checkpoint(tmp_path: Path,
                                                               first: str) -> None:  # fmt: skip
     """Every process at SIGTERM at once (the job suspended or evicted by its queue): the PS,
     its state already in the chief's snapshot, stays until the chief's SIGTERM checkpoint
-    (which reads it) is written; that checkpoint holds the step the updates stopped at."""
+    (which reads it) is written; that checkpoint holds the step the updates stopped at; and
+    every process exits 143, the worker too."""
     ckpt = tmp_path / "ckpt"
     # A slow checkpoint (64 MB read from the PS): the PS's state is in the chief's snapshot
     # long before it is written.
@@ -267,6 +268,9 @@ def test_the_whole_job_at_sigterm_keeps_the_chiefs_checkpoint(tmp_path: Path,
         codes = cluster.wait(timeout=HANG_GUARD)
         logs = cluster.logs()
     assert codes[("chief", 0)] == 143 and codes[("ps", 0)] == 143, (codes, logs)
+    # The worker too, though PS 0 is gone by the time it leaves (its word to PS 0 is
+    # bounded): not held until its pod's grace period ends.
+    assert codes[("worker", 0)] == 143, (codes, logs)
     written = SIGTERM_CHECKPOINT_RE.search(cluster.log("chief", 0))
     assert written, logs
     ps = cluster.log("ps", 0)

@@ -29,6 +29,8 @@ JOINABLE = (Phase.RESETTING, Phase.GATHERING, Phase.RUNNING)
 # A worker asked to leave ends its step first (at most one update); past this bound (the
 # updates stalled) it leaves without it: its gradient, if pushed, still counts once.
 LEAVE_WAIT_SECONDS = 5.0
+# Each of a leaving worker's two writes to PS 0 (not ready; left) waits this long at most.
+TELL_PS_SECONDS = 5.0
 
 
 def run_worker(ctx: Context) -> int:
@@ -62,17 +64,32 @@ def leave(ctx: Context, protocol: SyncProtocol | None, sess: Any, training: Any,
     wait for its gradient: R adapts as for a lost replica, without the silence limit) and
     the sync loop woken. A gradient it pushed is in the accumulators and counts once; the
     token it leaves is dropped by the next worker in its slot (StepLoop.join). Best effort
-    when PS 0 does not answer (it is leaving anyway); a fenced-off process still exits 77."""
+    when PS 0 does not answer (it is leaving anyway), and bounded: PS 0 gone with the rest
+    of the job (all of it stopped at once: suspended, evicted) can hold a run past its own
+    timeout while gRPC reconnects, and the worker would wait out its pod's grace period. A
+    fenced-off process still exits 77."""
     cfg = ctx.cfg
-    try:
-        if protocol is not None:
-            protocol.set_ready(cfg.replica_id, 0)
-        if sess is not None and training is not None:
-            opts = tf.compat.v1.RunOptions(timeout_in_ms=5000)
-            sess.run(training.elastic.leave, options=opts)
-    except tf.errors.OpError as err:
-        if superseded_by(err) is not None:
-            raise
+    told: list[BaseException | None] = []
+
+    def tell() -> None:
+        try:
+            if protocol is not None:
+                protocol.set_ready(cfg.replica_id, 0)
+            if sess is not None and training is not None:
+                opts = tf.compat.v1.RunOptions(timeout_in_ms=int(TELL_PS_SECONDS * 1000))
+                sess.run(training.elastic.leave, options=opts)
+            told.append(None)
+        except BaseException as err:  # raised again below, unless PS 0 just did not answer
+            told.append(err)
+
+    teller = threading.Thread(target=tell, name="leave", daemon=True)
+    teller.start()
+    teller.join(2 * TELL_PS_SECONDS + 1.0)
+    if not told:
+        how += f"; PS 0 not told: no answer within {2 * TELL_PS_SECONDS + 1.0:.0f}s"
+    elif (err := told[0]) is not None:
+        if not isinstance(err, tf.errors.OpError) or superseded_by(err) is not None:
+            raise err
         how += f"; PS 0 not told: {type(err).__name__}"
     ctx.left = True
     why = "scaled down" if cfg.elastic else "stopped"
