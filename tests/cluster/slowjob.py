@@ -35,8 +35,9 @@ MAX_STEPS = 3000
 CHECKPOINT_EVERY = 50  # a checkpoint every 15-20 s at that pace
 
 
-def shared_dir(tmp_path: Path, delay_ms: int = DELAY_MS) -> Path:
-    """The shared directory (checkpoints inside), writable by the pods' user, the delay set."""
+def shared_dir(tmp_path: Path, delay_ms: int = FAULT_DELAY_MS) -> Path:
+    """The shared directory (checkpoints inside), writable by the pods' user, the delay set
+    (the fault pace: every job that reads its delay from here has it lifted at the end)."""
     shared = tmp_path / "shared"
     (shared / "checkpoints").mkdir(parents=True)
     for path in (shared, shared / "checkpoints"):

@@ -22,7 +22,6 @@ import yaml
 from tests.cluster import kube
 from tests.cluster.slowjob import (
     DELAY_MS,
-    FAULT_DELAY_MS,
     delayed,
     lift_delay,
     shared_dir,
@@ -117,7 +116,7 @@ def advancing(namespace: str, pod_name: str, seconds: float = 3.0) -> bool:
 @pytest.mark.timeout(1200)
 def test_a_job_survives_a_killed_worker_a_deleted_chief_and_ps(
         namespace: str, tmp_path: Path) -> None:  # fmt: skip
-    shared = shared_dir(tmp_path, FAULT_DELAY_MS)
+    shared = shared_dir(tmp_path)
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job(shared)))
     figures: dict[str, str] = {}
     try:

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from tests.cluster import kube
-from tests.cluster.slowjob import FAULT_DELAY_MS, delayed, lift_delay, shared_dir
+from tests.cluster.slowjob import delayed, lift_delay, shared_dir
 from tests.cluster.test_nodes import IMAGE, SLEEPER
 
 JOB = "guarded"
@@ -128,7 +128,7 @@ def guarded(cluster_up: None, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """A training job and two probing pods that are not the job's."""
     stamp = f"{int(time.time()) % 100000}"
     namespace, other = f"np-job-{stamp}", f"np-other-{stamp}"
-    shared = shared_dir(tmp_path_factory.mktemp("np"), FAULT_DELAY_MS)
+    shared = shared_dir(tmp_path_factory.mktemp("np"))
     for name in (namespace, other):
         kube.kubectl("create", "namespace", name)
     try:

@@ -63,7 +63,6 @@ from tests.cluster.jobwatch import (
 )
 from tests.cluster.slowjob import (
     CHECKPOINT_EVERY,
-    FAULT_DELAY_MS,
     MAX_STEPS,
     SNAPSHOT_EVERY,
     UPDATES_FILE,
@@ -143,7 +142,7 @@ def test_a_job_survives_crashed_partitioned_drained_and_preempted_nodes(
     assert len(following) == 1 and following[0] != leading, (leading, following)
     others = [n for n in names if n not in (leading, following[0])]
     nodes = {"O": following[0], "A": leading, "B": others[0], "C": others[1]}
-    shared = shared_dir(tmp_path, FAULT_DELAY_MS)
+    shared = shared_dir(tmp_path)
     label_nodes({nodes["A"]: ["ps"], nodes["B"]: ["chief"], nodes["C"]: ["worker"]})
     kube.kubectl("apply", "-n", namespace, "-f", "-",
                  input=yaml.safe_dump(manifest(JOB, shared)))  # fmt: skip

@@ -38,7 +38,7 @@ from tests.cluster.jobwatch import (
     node_ready,
     operator_nodes,
 )
-from tests.cluster.slowjob import FAULT_DELAY_MS, UPDATES_FILE, lift_delay, manifest, shared_dir
+from tests.cluster.slowjob import UPDATES_FILE, lift_delay, manifest, shared_dir
 
 pytestmark = pytest.mark.exclusive  # it deletes, partitions and upgrades the operator
 
@@ -122,7 +122,7 @@ def restarts(namespace: str) -> dict[str, Any]:
 def test_the_operator_hands_over_on_pod_deletion_partition_and_upgrade(
         namespace: str, tmp_path: Path) -> None:  # fmt: skip
     assert len(node_names()) >= 4, f"{node_names()}: run `make cluster NODES=4`"
-    shared = shared_dir(tmp_path, FAULT_DELAY_MS)
+    shared = shared_dir(tmp_path)
     updates = shared / UPDATES_FILE
     kube.run(str(kube.REPO / "hack" / "cluster" / "images.sh"), "--operator-tag", UPGRADE_TAG,
              timeout=600)  # fmt: skip

@@ -27,7 +27,7 @@ import yaml
 
 from tests.cluster import kube
 from tests.cluster.jobwatch import CheckpointWatch
-from tests.cluster.slowjob import FAULT_DELAY_MS, SHARED, delayed, lift_delay, shared_dir
+from tests.cluster.slowjob import SHARED, delayed, lift_delay, shared_dir
 from tests.cluster.test_failures import sample
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -131,7 +131,7 @@ def test_quota_waits_priority_preempts_and_the_preempted_job_resumes_from_its_ch
     cq = f"cq-{namespace}"[:63]
     # L at slowjob's fault pace: 750 steps take 10 minutes at least (1 worker and the chief),
     # and once the delay is lifted few are left to run at full speed.
-    shared = shared_dir(tmp_path, FAULT_DELAY_MS)
+    shared = shared_dir(tmp_path)
     kube.kubectl("apply", "-f", "-", input=queues(namespace))
     apply = lambda body: kube.kubectl("apply", "-n", namespace, "-f", "-",  # noqa: E731
                                       input=yaml.safe_dump(body))  # fmt: skip

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests.cluster import kube
-from tests.cluster.slowjob import FAULT_DELAY_MS, lift_delay, shared_dir
+from tests.cluster.slowjob import lift_delay, shared_dir
 from tests.cluster.test_failures import JOB, advancing, job, metrics, sample, status, step_of
 
 # At slowjob's fault pace: at least 400 s at 3 replicas' pace, 240 s at 5 (scaled up), so
@@ -83,7 +83,7 @@ def namespace_user(namespace: str, name: str, role: str) -> None:
 @pytest.mark.timeout(1200)
 def test_kubectl_scale_up_and_down_while_training(namespace: str, tmp_path: Path) -> None:
     # Slowed (slowjob's fault pace) while it is resized; the delay lifted afterwards.
-    shared = shared_dir(tmp_path, FAULT_DELAY_MS)
+    shared = shared_dir(tmp_path)
     kube.kubectl("apply", "-n", namespace, "-f", "-",
                  input=yaml.safe_dump(elastic_job(shared)))  # fmt: skip
     try:

@@ -24,7 +24,7 @@ import yaml
 
 from tests.cluster import kube
 from tests.cluster.objectstream import ObjectStream
-from tests.cluster.slowjob import FAULT_DELAY_MS, SHARED, lift_delay, shared_dir
+from tests.cluster.slowjob import SHARED, lift_delay, shared_dir
 from tests.cluster.test_failures import (
     JOB,
     SELECTOR,
@@ -130,7 +130,7 @@ def test_a_spare_takes_over_a_deleted_ps_and_the_weights_equal_sgd(
     model = tmp_path / "same_batch.py"
     model.write_text(MODEL)
     kube.kubectl("create", "configmap", "same-batch", "-n", namespace, f"--from-file={model}")
-    shared = shared_dir(tmp_path, FAULT_DELAY_MS)
+    shared = shared_dir(tmp_path)
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(spare_job(shared)))
     figures: dict[str, str] = {}
     try:

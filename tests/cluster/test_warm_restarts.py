@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.cluster import kube
-from tests.cluster.slowjob import FAULT_DELAY_MS, lift_delay, shared_dir
+from tests.cluster.slowjob import lift_delay, shared_dir
 from tests.cluster.test_failures import (
     JOB,
     SNAPSHOT_EVERY,
@@ -62,7 +62,7 @@ def warm_entry(namespace: str, replica: str) -> dict[str, Any] | None:
 def test_replicas_killed_in_their_containers_come_back_warm(namespace: str,
                                                            tmp_path: Path) -> None:  # fmt: skip
     # test_failures' job at slowjob's fault pace (750 steps, 200 s at least).
-    shared = shared_dir(tmp_path, FAULT_DELAY_MS)
+    shared = shared_dir(tmp_path)
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job(shared)))
     figures: dict[str, str] = {}
     try:
