@@ -29,8 +29,9 @@ JOINABLE = (Phase.RESETTING, Phase.GATHERING, Phase.RUNNING)
 # A worker asked to leave ends its step first (at most one update); past this bound (the
 # updates stalled) it leaves without it: its gradient, if pushed, still counts once.
 LEAVE_WAIT_SECONDS = 5.0
-# Each of a leaving worker's two writes to PS 0 (not ready; left) waits this long at most.
-TELL_PS_SECONDS = 5.0
+# A leaving worker's two writes to PS 0 (not ready: SyncProtocol.run's 10 s; left: 5 s) end
+# within this, answered or not.
+TELL_PS_SECONDS = 11.0
 
 
 def run_worker(ctx: Context) -> int:
@@ -76,7 +77,7 @@ def leave(ctx: Context, protocol: SyncProtocol | None, sess: Any, training: Any,
             if protocol is not None:
                 protocol.set_ready(cfg.replica_id, 0)
             if sess is not None and training is not None:
-                opts = tf.compat.v1.RunOptions(timeout_in_ms=int(TELL_PS_SECONDS * 1000))
+                opts = tf.compat.v1.RunOptions(timeout_in_ms=5000)
                 sess.run(training.elastic.leave, options=opts)
             told.append(None)
         except BaseException as err:  # raised again below, unless PS 0 just did not answer
@@ -84,9 +85,9 @@ def leave(ctx: Context, protocol: SyncProtocol | None, sess: Any, training: Any,
 
     teller = threading.Thread(target=tell, name="leave", daemon=True)
     teller.start()
-    teller.join(2 * TELL_PS_SECONDS + 1.0)
+    teller.join(TELL_PS_SECONDS)
     if not told:
-        how += f"; PS 0 not told: no answer within {2 * TELL_PS_SECONDS + 1.0:.0f}s"
+        how += f"; PS 0 not told: no answer within {TELL_PS_SECONDS:.0f}s"
     elif (err := told[0]) is not None:
         if not isinstance(err, tf.errors.OpError) or superseded_by(err) is not None:
             raise err
