@@ -48,13 +48,17 @@ class CheckpointWatch:
 
         while not self._stop.wait(0.02):
             try:
-                names = sorted(os.listdir(self.directory))
-            except FileNotFoundError:
+                found = [(name, m) for name in os.listdir(self.directory)
+                         if (m := re.fullmatch(r"model\.ckpt-(\d+)\.index", name))
+                         and name not in self._names]  # fmt: skip
+                # Several may appear between two scans (a slow start, a loaded machine):
+                # in the order they were written, not the order of their names
+                # ("model.ckpt-10" sorts before "model.ckpt-5").
+                found.sort(key=lambda nm: (os.stat(self.directory / nm[0]).st_mtime_ns,
+                                           int(nm[1][1])))  # fmt: skip
+            except FileNotFoundError:  # not there yet, or rotated away while looked at
                 continue
-            for name in names:
-                m = re.fullmatch(r"model\.ckpt-(\d+)\.index", name)
-                if m is None or name in self._names:
-                    continue
+            for name, m in found:
                 self._names.add(name)
                 held = None
                 try:
@@ -115,7 +119,8 @@ def replaced_while_running(tmp_path: Path, role: str) -> None:
         logs = cluster.logs()
     written = watch.stop()
     slot = "the chief (replica slot 0)" if role == "chief" else "worker 0 (replica slot 1)"
-    assert old_code == 77, f"old process: {old_code}\n{old_log[-3000:]}\n{logs}"
+    assert old_code == 77, (f"old process: {old_code}, the others: {codes}\n"
+                            f"{old_log[-3000:]}\n{logs}")
     assert (f"syncreplicas: FENCED (77): superseded: {slot} is held by incarnation {NEW}, "
             f"newer than this process's incarnation {OLD}") in old_log, old_log[-3000:]
     assert set(codes.values()) == {0}, logs  # the replacement and every other replica

@@ -27,7 +27,10 @@ if TYPE_CHECKING:
 
 def stacks_on_sigusr1() -> None:
     """`kill -USR1` prints every thread's Python stack to stderr (the pod's log): where a
-    process that makes no progress waits."""
+    process that makes no progress waits. A fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE,
+    SIGILL: a crash in TensorFlow's native code) prints them too before the process dies,
+    so a replica that vanished says where and of what."""
+    faulthandler.enable(all_threads=True)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
