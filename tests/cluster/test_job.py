@@ -52,8 +52,13 @@ def users_job(namespace: str, max_steps: int, delay_ms: int = 0) -> dict[str, An
     PersistentVolumeClaim (README, "Pod templates"); ``delay_ms`` as for linear_job."""
     job = linear_job(max_steps)
     job["spec"]["model"] = {"entrypoint": "user_model:build"}
-    # The rate a model author tunes: a warm-up, a cosine decay, clipped gradients.
-    job["spec"]["training"].update({"learningRateSchedule": SCHEDULE, "clipGradientNorm": 10.0})
+    # What a model author tunes: a warm-up, a cosine decay, Nesterov's momentum, clipped
+    # gradients; and a fine-tuning start from another run's checkpoint (the weights only).
+    job["spec"]["training"].update({
+        "learningRateSchedule": SCHEDULE, "clipGradientNorm": 10.0, "optimizer": "momentum",
+        "momentum": 0.9, "nesterov": True, "summaryEverySteps": 10,
+        "warmStart": {"checkpoint": f"{CHECKPOINT_DIR}/{PRETRAINED}", "variables": "user/w"},
+    })  # fmt: skip
     job["spec"]["template"] = {"spec": {
         "containers": [{
             "name": "tensorflow",
@@ -76,6 +81,26 @@ def users_job(namespace: str, max_steps: int, delay_ms: int = 0) -> dict[str, An
 
 CHECKPOINT_DIR = "/var/lib/syncreplicas/checkpoints"
 SCHEDULE = {"decay": "Cosine", "warmupSteps": 50, "decaySteps": 500, "alpha": 0.1}
+PRETRAINED = "pretrained"  # on the chief's volume, beside the job's own checkpoints
+
+
+def write_pretrained(directory: Path) -> None:
+    """Another run's checkpoint of the user's model, as plain TF1 code writes one: its
+    ``user/w`` ten times the points' true separating direction (seed 0, the job's), so the
+    loss is near 0 from the first step, where a cold start (w = 0) has ln 2 on any batch."""
+    import numpy as np
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    truth = np.random.RandomState(0).normal(size=(8, 1)).astype(np.float32)
+    directory.mkdir()
+    with tf.Graph().as_default():
+        w = v1.get_variable("user/w", initializer=10.0 * truth)
+        b = v1.get_variable("user/b", initializer=0.0)
+        saver = v1.train.Saver([w, b], save_relative_paths=True)  # read in the pod
+        with v1.Session() as sess:
+            sess.run(v1.global_variables_initializer())
+            saver.save(sess, str(directory / "model.ckpt"), global_step=0)
 
 
 def provide_storage(namespace: str) -> Path:
@@ -118,6 +143,7 @@ def srj(namespace: str, name: str = JOB_NAME) -> dict[str, Any]:
 @pytest.mark.timeout(900)
 def test_a_users_job_trains_to_max_steps_in_real_pods(namespace: str) -> None:
     volume = provide_storage(namespace)
+    write_pretrained(volume / PRETRAINED)
     try:
         # Slow enough steps that it still trains while the test looks into its pods and the
         # operator reads the step often enough for a rate (every 15 s; 600 steps at 100 ms:
@@ -218,6 +244,21 @@ def _watch_training(namespace: str, volume: Path) -> None:
     # The model that trained is the user's (its variables are in the checkpoint).
     chief_log = kube.kubectl("logs", "-n", namespace, f"{JOB_NAME}-chief-0").stdout
     assert "eval at global step" in chief_log and "accuracy=" in chief_log, chief_log[-2000:]
+    # It started from the other run's weights: its first loss (the summaries on its volume,
+    # as TensorBoard reads them) is the pretrained model's, far below a cold start's ln 2.
+    assert (f"1 variables warm-started from {CHECKPOINT_DIR}/{PRETRAINED}/model.ckpt-0"
+            in chief_log), chief_log[-2000:]  # fmt: skip
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    board = EventAccumulator(str(volume))
+    board.Reload()
+    losses = board.Scalars("loss")
+    assert losses and losses[0].step <= 10 and losses[0].value < 0.2, losses[:3]
+    # Nesterov's momentum trained it: the optimizer's slot is in its checkpoint.
+    import tensorflow as tf
+
+    names = {name for name, _ in tf.train.list_variables(str(volume))}
+    assert "user/w/Momentum" in names, sorted(names)
     # Its rate at every logged step is the schedule's closed form at that step.
     rates = logged_rates(chief_log)
     assert len(rates) >= 3, chief_log[-2000:]
