@@ -124,6 +124,11 @@ class LastCleanup(ApiModel):
     )
 
 
+class Exported(ApiModel):
+    path: Str = Field(description="The SavedModel's directory, as the chief's pod sees it.")
+    global_step: Int64 = Field(description="The global step of the checkpoint it was made of.")
+
+
 class JobStatus(ApiModel):
     """Observed state, written by the operator."""
 
@@ -189,6 +194,16 @@ class JobStatus(ApiModel):
         None,
         description="When globalStep last advanced (or the job started running): the Stalled "
         "condition's clock.",
+    )
+    export: Exported | None = Field(
+        None,
+        description="The SavedModel the chief exported at the end of training (a model "
+        "with a serving signature), as its exit said.",
+    )
+    best_export: Exported | None = Field(
+        None,
+        description="The best SavedModel the chief exported (spec.training.export.best): "
+        "the one of the latest evaluation that beat every one before it.",
     )
     chief_restarts: Int32 | None = Field(
         None, description="Chief restarts handled by chiefRestartPolicy."

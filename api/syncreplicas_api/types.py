@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from . import containers, optimizers, resource
 from .enums import ChiefRestartPolicy, CleanPodPolicy, GangScheduler, Optimizer, RestartPolicy
+from .export import Export
 from .fields import (
     ApiModel,
     Bool,
@@ -137,6 +138,12 @@ class TrainingSpec(ApiModel):
         description="Initialise the model's variables (all, or those a pattern names) from "
         "another run's checkpoint when the job starts for the first time (fine-tuning); "
         "its own checkpoints take over from then on.",
+    )
+    export: Export | None = Field(
+        None,
+        description="The SavedModels the chief exports (a model with a serving signature: "
+        "at the end, under checkpointDir/export) and keeps; best adds one at each "
+        "evaluation that beats the best so far, under export/best.",
     )
     batch_size: Int32 = Field(32, ge=1, description="Examples per replica per step.")
     max_steps: Int64 = Field(

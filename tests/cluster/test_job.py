@@ -58,6 +58,7 @@ def users_job(namespace: str, max_steps: int, delay_ms: int = 0) -> dict[str, An
         "learningRateSchedule": SCHEDULE, "clipGradientNorm": 10.0, "optimizer": "momentum",
         "momentum": 0.9, "nesterov": True, "summaryEverySteps": 10,
         "warmStart": {"checkpoint": f"{CHECKPOINT_DIR}/{PRETRAINED}", "variables": "user/w"},
+        "export": {"keep": 2, "best": {"metric": "accuracy"}},
     })  # fmt: skip
     job["spec"]["template"] = {"spec": {
         "containers": [{
@@ -254,6 +255,15 @@ def _watch_training(namespace: str, volume: Path) -> None:
     board.Reload()
     losses = board.Scalars("loss")
     assert losses and losses[0].step <= 10 and losses[0].value < 0.2, losses[:3]
+    # Its SavedModels are on its volume, and the job's status names them: the final one,
+    # and the best by accuracy (the first evaluation's at least).
+    step = job["status"]["globalStep"]
+    assert job["status"]["export"] == {"path": f"{CHECKPOINT_DIR}/export/{step}",
+                                       "globalStep": step}, job["status"]  # fmt: skip
+    assert (volume / "export" / str(step) / "saved_model.pb").is_file()
+    best = job["status"]["bestExport"]
+    assert best["path"] == f"{CHECKPOINT_DIR}/export/best/{best['globalStep']}", best
+    assert (volume / "export" / "best" / str(best["globalStep"]) / "saved_model.pb").is_file()
     # Nesterov's momentum trained it: the optimizer's slot is in its checkpoint.
     import tensorflow as tf
 

@@ -191,6 +191,21 @@ def test_final_step(
     assert ("lastProgressTime" in ctx.status) is written
 
 
+def test_the_chiefs_exports_go_into_the_status_when_it_succeeds() -> None:
+    job = planner_job(2)
+    exports = (("export", "/c/export/300", 300), ("bestExport", "/c/export/best/200", 200))
+    chief = replace(pods_of(job)[1], phase="Succeeded", exit_code=0, exit_step=300,
+                    exports=exports)  # fmt: skip
+    ctx = context(job, [pods_of(job)[0], chief, *pods_of(job)[2:]])
+    assert handle_exits(ctx)
+    assert ctx.status["export"] == {"path": "/c/export/300", "globalStep": 300}
+    assert ctx.status["bestExport"] == {"path": "/c/export/best/200", "globalStep": 200}
+    # A chief that exported nothing leaves no such field.
+    chief = replace(chief, exports=())
+    ctx = context(job, [pods_of(job)[0], chief, *pods_of(job)[2:]])
+    assert handle_exits(ctx) and "export" not in ctx.status and "bestExport" not in ctx.status
+
+
 def test_last_failure() -> None:
     job = planner_job(2)
     ctx = context(job, pods_of(job))

@@ -36,6 +36,27 @@ def test_a_long_reason_is_cut_and_the_step_kept() -> None:
     message.encode().decode("utf-8")  # not cut inside a character
 
 
+def test_the_chiefs_exports_are_facts_the_operator_reads_and_what_cannot_be_one_is_left_out(
+) -> None:  # fmt: skip
+    from syncreplicas_runtime.launch.plain import export_facts
+
+    facts = export_facts({"export": ("/c/export/300", 300),
+                          "bestExport": ("/c/export/best/200", 200)})  # fmt: skip
+    message = rt.termination_message(0, "finished at global step 300", 300, facts)
+    parsed = op.parse_termination_message(message)
+    assert parsed.global_step == 300 and parsed.reason == "finished at global step 300"
+    assert parsed.exports == (("export", "/c/export/300", 300),
+                              ("bestExport", "/c/export/best/200", 200))  # fmt: skip
+    # A path with whitespace is no fact; one too long for the message is left out whole,
+    # and the exit line keeps its room.
+    spaced = rt.termination_message(0, "finished", 3, export_facts({"export": ("/a b", 3)}))
+    assert op.parse_termination_message(spaced).exports == ()
+    long = rt.termination_message(0, "finished", 3, export_facts({"export": ("/" + "p" * 900, 3)}))
+    assert len(long.encode()) <= rt.TERMINATION_MESSAGE_MAX_BYTES
+    assert op.parse_termination_message(long).exports == ()
+    assert long.startswith("syncreplicas: OK (0): finished\nglobalStep=3\n")
+
+
 @pytest.mark.parametrize(
     ("code", "reason", "step", "said"),
     [

@@ -41,6 +41,9 @@ PROGRESS_LINE: Final = re.compile(r"\d\d:\d\d:\d\d syncreplicas [\w-]+: .*")
 GLOBAL_STEP_KEY: Final = "globalStep"
 # The last line of a container whose replica restarted warm: the pod's warm restarts.
 PROCESS_RESTARTS_KEY: Final = "processRestarts"
+# The chief's exports at exit 0 (``<kind>Path`` and ``<kind>Step``): its final SavedModel
+# and its best one (spec.training.export.best), as the job's status names them.
+EXPORT_KINDS: Final = ("export", "bestExport")
 # Reasons go into condition messages and Events, which are for people: one line, bounded.
 REASON_MAX_CHARS: Final = 200
 
@@ -59,6 +62,8 @@ class TerminationMessage:
     global_step: int | None = None
     # ``processRestarts=N``: the pod's warm restarts when its container ended (0: none said).
     process_restarts: int = 0
+    # ``exportPath=...`` and ``exportStep=N`` (and ``bestExport...``): kind -> (path, step).
+    exports: tuple[tuple[str, str, int], ...] = ()
 
 
 def parse_termination_message(message: object) -> TerminationMessage:
@@ -81,6 +86,12 @@ def parse_termination_message(message: object) -> TerminationMessage:
         reason=reason.strip()[:REASON_MAX_CHARS],
         global_step=int(step) if step.isdigit() else None,
         process_restarts=int(restarts) if restarts.isdigit() else 0,
+        exports=tuple(
+            (kind, facts[f"{kind}Path"], int(facts[f"{kind}Step"]))
+            for kind in EXPORT_KINDS
+            if facts.get(f"{kind}Path", "").startswith("/")
+            and facts.get(f"{kind}Step", "").isdigit()
+        ),
     )
 
 
@@ -118,6 +129,8 @@ class ObservedPod:
     # globalStep from the termination message of its current exit (the chief's final step
     # on exit 0), None when it says none.
     exit_step: int | None = None
+    # The chief's exports its exit named (TerminationMessage.exports).
+    exports: tuple[tuple[str, str, int], ...] = ()
     # spec.nodeName: the node it was scheduled to ("" while unscheduled).
     node_name: str = ""
     # It carries the label its Service selects on (naming.LABEL_PUBLISHED).
@@ -225,6 +238,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
         exit_reason=message.reason,
         last_exit_reason=last_message.reason,
         exit_step=message.global_step,
+        exports=message.exports,
         warm_restarts=max(message.process_restarts, last_message.process_restarts),
         node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
         incarnation=_incarnation(meta.get("annotations") or {}),

@@ -8,6 +8,7 @@ See docs/contract.md. The operator keeps the same numbers in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 OK: Final = 0
@@ -61,11 +62,23 @@ TERMINATION_MESSAGE_MAX_BYTES: Final = 1024
 GLOBAL_STEP_KEY: Final = "globalStep"
 
 
-def termination_message(code: int, reason: str, global_step: int | None = None) -> str:
+# Room kept for the exit line when other facts are added (an export's path may be long).
+EXIT_LINE_ROOM: Final = 256
+
+
+def termination_message(code: int, reason: str, global_step: int | None = None,
+                        more: Mapping[str, str] | None = None) -> str:  # fmt: skip
     """The termination message of a replica that exits with ``code``: its exit line (the
     reason on one line), then ``globalStep=N``, the last global step it saw, when it saw
-    one. At most :data:`TERMINATION_MESSAGE_MAX_BYTES` bytes (the reason is cut)."""
+    one, then each of ``more`` as ``key=value`` (the chief's exports: a value with
+    whitespace, or one that does not fit, is left out). At most
+    :data:`TERMINATION_MESSAGE_MAX_BYTES` bytes (the reason is cut)."""
     facts = f"{GLOBAL_STEP_KEY}={global_step}\n" if global_step is not None else ""
+    for key, value in (more or {}).items():
+        fact = f"{key}={value}\n"
+        fits = len((facts + fact).encode()) <= TERMINATION_MESSAGE_MAX_BYTES - EXIT_LINE_ROOM
+        if value and not any(c.isspace() for c in value) and fits:
+            facts += fact
     line = exit_line(code, " ".join(reason.split()) or "(no reason)")
     room = TERMINATION_MESSAGE_MAX_BYTES - len(facts.encode()) - 1  # the line's newline
     line = line.encode()[:room].decode("utf-8", "ignore")

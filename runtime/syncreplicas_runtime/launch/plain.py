@@ -143,7 +143,7 @@ def main() -> int:
             return fail(128 + signal.SIGTERM, f"stopped by SIGTERM after leaving the job at "
                         f"global step {step}", step)
         return report_exit(OK, f"left the job at global step {step} (scaled down)", step)
-    return succeed(seen_step(metrics))
+    return succeed(seen_step(metrics), export_facts(ctx.exported))
 
 
 def seen_step(metrics: RuntimeMetrics) -> int | None:
@@ -166,11 +166,20 @@ def fail(code: int, reason: str, global_step: int | None = None) -> int:
     return report_exit(code, reason, global_step)
 
 
-def succeed(global_step: int | None) -> int:
+def succeed(global_step: int | None, more: dict[str, str] | None = None) -> int:
     """Leave the termination message of exit 0: where training finished (the chief's is the
-    job's final global step, which the operator reports)."""
+    job's final global step, which the operator reports) and what it exported."""
     at = f"finished at global step {global_step}" if global_step is not None else "finished"
-    return report_exit(OK, at, global_step)
+    return report_exit(OK, at, global_step, more=more)
+
+
+def export_facts(exported: dict[str, tuple[str, int]]) -> dict[str, str]:
+    """The chief's exports as termination-message facts: ``exportPath``, ``exportStep``,
+    ``bestExportPath``, ``bestExportStep`` (docs/contract.md)."""
+    facts: dict[str, str] = {}
+    for kind, (path, step) in sorted(exported.items()):
+        facts[f"{kind}Path"], facts[f"{kind}Step"] = path, str(step)
+    return facts
 
 
 def _sigterm_exit(metrics: RuntimeMetrics) -> None:

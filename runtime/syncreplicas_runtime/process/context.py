@@ -44,6 +44,9 @@ class Context:
     last_checkpoint: int = -1
     stopping: bool = False
     start_counted: bool = False  # the chief counted this process in ``chief_starts``
+    # The chief's exports (state/export.py), by kind ("export", "bestExport"): the path and
+    # global step of the latest, for its exit's termination message.
+    exported: dict[str, tuple[str, int]] = field(default_factory=dict)
     # A worker of an elastic job: SIGTERM asks it to leave the job (replica/worker.py), and
     # ``left`` says it did (its exit 0 says so).
     leaving: threading.Event = field(default_factory=threading.Event)

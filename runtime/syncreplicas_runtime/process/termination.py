@@ -67,13 +67,15 @@ def write_termination_message(text: str, environ: Mapping[str, str] = os.environ
 
 
 def report_exit(code: int, reason: str, global_step: int | None = None,
-                environ: Mapping[str, str] = os.environ) -> int:
+                environ: Mapping[str, str] = os.environ,
+                more: Mapping[str, str] | None = None) -> int:  # fmt: skip
     """Say why the replica exits with ``code``: the contract's one exit line on stderr (none
     for exit 0) and the termination message (that line, then ``globalStep=N`` when the
-    replica saw a step). Returns ``code`` for the caller to exit with."""
+    replica saw a step, then ``more``'s facts). Returns ``code`` for the caller to exit
+    with."""
     if code != OK:
         print(exit_line(code, reason), file=sys.stderr, flush=True)
-    write_termination_message(termination_message(code, reason, global_step), environ)
+    write_termination_message(termination_message(code, reason, global_step, more), environ)
     return code
 
 

@@ -28,7 +28,7 @@ from ..process.exits import Exit
 from ..process.mainthread import run_off_main_thread
 from ..process.sessions import close_quietly, open_session
 from ..state.checkpoints import restore_or_initialize, save_checkpoint
-from ..state.export import export_saved_model
+from ..state.export import beats, best_root, best_so_far, export_saved_model
 from ..state.snapshots import SnapshotStore, Snapshotter
 from ..state.summaries import Summaries, every_steps
 from ..sync.fencing import superseded_by
@@ -122,6 +122,7 @@ def chief_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, store: Snapsho
     protocol.claim()  # slot 0 is this process's (or it is fenced off: 77)
     laps.lap("claim")
     training = build_epoch_graph(ctx, epoch)
+    check_best_metric(ctx, training)
     laps.lap("graph")
     sess = open_session(cfg, ctx.server.target, training.graph)
     laps.lap("session")
@@ -239,7 +240,7 @@ def finish_chief(ctx: Context, protocol: SyncProtocol, sess: Any, training: Trai
         if saved:
             ctx.metrics.checkpoint_step.set(global_step)
     if training.model.eval:
-        evaluate(ctx, sess, training, global_step, summaries)
+        evaluate(ctx, sess, training, global_step, summaries, saved)
     protocol.set_done(0)
     deadline = time.monotonic() + FINISH_WAIT_SECONDS
     while time.monotonic() < deadline:
@@ -267,6 +268,50 @@ def export(ctx: Context, checkpoint: str, global_step: int) -> None:
                 f"{str(err).splitlines()[0] if str(err) else ''}")
         return
     ctx.log(f"exported a SavedModel of global step {global_step} to {path}")
+    if path is not None:
+        ctx.exported["export"] = (path, global_step)
+
+
+def check_best_metric(ctx: Context, training: TrainingGraph) -> None:
+    """``training.export.best.metric`` names one of the model's evaluation metrics."""
+    export = ctx.cfg.training.export
+    if export is None or export.best is None or export.best.metric in training.model.eval:
+        return
+    have = ", ".join(sorted(training.model.eval)) or "none: the model returns no eval"
+    raise Exit(exitcodes.CONFIG, f"bad configuration: training.export.best.metric: "
+               f"{export.best.metric!r} is not one of the model's evaluation metrics ({have})")
+
+
+def export_if_best(ctx: Context, sess: Any, training: TrainingGraph, global_step: int,
+                   values: dict[str, float], checkpoint: str | None) -> None:
+    """With ``training.export.best``: export this evaluation's model if its metric beats
+    every one exported before (a checkpoint of this step is written first, unless given)."""
+    t = ctx.cfg.training
+    if t.export is None or t.export.best is None or training.model.serving is None \
+            or not t.checkpoint_dir:  # fmt: skip
+        return
+    metric, goal = t.export.best.metric, t.export.best.goal
+    root = best_root(t.checkpoint_dir)
+    best = best_so_far(root, metric, goal)
+    if not beats(goal, values[metric], best):
+        return
+    if checkpoint is None:
+        checkpoint = save_checkpoint(sess, training, t.checkpoint_dir, global_step, ctx.log)
+        if checkpoint is None:
+            return  # a newer checkpoint is there: this chief is not the job's latest word
+        ctx.last_checkpoint = global_step
+        ctx.metrics.checkpoint_step.set(global_step)
+    try:
+        path = export_saved_model(ctx.cfg, ctx.model_fn, checkpoint, global_step, root, values)
+    except Exception as err:  # as for the final export: said, and training goes on
+        ctx.log(f"best export of global step {global_step} failed: {type(err).__name__}: "
+                f"{str(err).splitlines()[0] if str(err) else ''}")
+        return
+    before = "the first" if best is None else f"the best before: {best:.4f}"
+    ctx.log(f"best export: global step {global_step}, {metric} {values[metric]:.4f} "
+            f"({before}), to {path}")
+    if path is not None:
+        ctx.exported["bestExport"] = (path, global_step)
 
 
 def summarize(ctx: Context, sess: Any, training: TrainingGraph, loop: StepLoop,
@@ -287,14 +332,18 @@ def summarize(ctx: Context, sess: Any, training: TrainingGraph, loop: StepLoop,
 
 
 def evaluate(ctx: Context, sess: Any, training: TrainingGraph, global_step: int,
-             summaries: Summaries) -> None:
-    """Run the model's held-out metrics (chief only); log, export and summarize them."""
-    values = sess.run(dict(training.model.eval), feed_dict=training.model.eval_feed)
-    summaries.write_eval(global_step, {name: float(v) for name, v in values.items()})
+             summaries: Summaries, checkpoint: str | None = None) -> None:
+    """Run the model's held-out metrics (chief only); log, export and summarize them, and
+    export the model when they are the best so far (``checkpoint``: this step's, if one was
+    just written)."""
+    run = sess.run(dict(training.model.eval), feed_dict=training.model.eval_feed)
+    values = {name: float(v) for name, v in run.items()}
+    summaries.write_eval(global_step, values)
     for name, value in values.items():
-        ctx.metrics.eval_metric.labels(name=name).set(float(value))
+        ctx.metrics.eval_metric.labels(name=name).set(value)
     ctx.log(f"eval at global step {global_step}: "
-            + " ".join(f"{k}={float(v):.4f}" for k, v in sorted(values.items())))
+            + " ".join(f"{k}={v:.4f}" for k, v in sorted(values.items())))
+    export_if_best(ctx, sess, training, global_step, values, checkpoint)
 
 
 # At SIGTERM the chief waits this long for PS 0 to hold the updates for its checkpoint.

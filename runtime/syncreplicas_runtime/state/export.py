@@ -8,25 +8,35 @@ checkpoint by their names (checkpoints keep the model's own names, packed or not
 graph is saved with tag ``serve`` and the signature ``serving_default`` to
 ``<checkpointDir>/export/<global step>``.
 
-The export is written aside (``export/.<step>.<pid>.tmp``) and renamed into place, so a
-chief killed halfway leaves no half export under a step's name; the next chief exports
-again. The newest ``KEEP`` exports are kept.
+With ``training.export.best`` (tf.estimator's BestExporter), the chief also exports at
+every evaluation whose metric beats every one before it, to ``export/best/<global step>``,
+with that evaluation's metrics in ``eval.json`` beside the model: the best so far is read
+back from those files, so a restarted chief compares with what an earlier one exported.
+
+Every export is written aside (``.<step>.<pid>.tmp`` in its directory) and renamed into
+place, so a chief killed halfway leaves no half export under a step's name; the next chief
+exports again. Each directory keeps its newest ``training.export.keep`` exports (3).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
+from collections.abc import Mapping
 from typing import Any
 
 import tensorflow as tf
+from syncreplicas_api.export import KEEP, Goal
 
 from ..foundation.config import ClusterConfig
 from ..model.contract import BuiltModel, build_model
 
 v1 = tf.compat.v1
 EXPORT_DIR = "export"
-KEEP = 3
+BEST_DIR = "best"
+METRICS_FILE = "eval.json"
 SIGNATURE = "serving_default"
 
 
@@ -34,16 +44,47 @@ def export_root(checkpoint_dir: str) -> str:
     return os.path.join(checkpoint_dir, EXPORT_DIR)
 
 
+def best_root(checkpoint_dir: str) -> str:
+    return os.path.join(checkpoint_dir, EXPORT_DIR, BEST_DIR)
+
+
+def keep_of(cfg: ClusterConfig) -> int:
+    return cfg.training.export.keep if cfg.training.export is not None else KEEP
+
+
+def beats(goal: Goal, value: float, best: float | None) -> bool:
+    """Whether ``value`` is better than ``best`` (None: nothing yet); NaN never is."""
+    if math.isnan(value):
+        return False
+    return best is None or (value > best if goal == Goal.MAXIMIZE else value < best)
+
+
+def best_so_far(root: str, metric: str, goal: Goal) -> float | None:
+    """The best ``metric`` among the whole best exports in ``root`` (their eval.json)."""
+    values: list[float] = []
+    for step in exported_steps(os.listdir(root) if os.path.isdir(root) else []):
+        try:
+            with open(os.path.join(root, str(step), METRICS_FILE)) as f:
+                values.append(float(json.load(f)["metrics"][metric]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # an export of another setting, or not ours: not compared
+    if not values:
+        return None
+    return max(values) if goal == Goal.MAXIMIZE else min(values)
+
+
 def exported_steps(names: list[str]) -> list[int]:
     """The global steps of a directory's whole exports (its numeric names), sorted."""
     return sorted(int(n) for n in names if n.isdigit())
 
 
-def export_saved_model(cfg: ClusterConfig, model_fn: Any, checkpoint: str,
-                       step: int) -> str | None:  # fmt: skip
-    """Export the model at ``checkpoint`` (the one of global ``step``); its directory, or
-    None when the model returns no serving signature."""
-    root = export_root(cfg.training.checkpoint_dir)
+def export_saved_model(cfg: ClusterConfig, model_fn: Any, checkpoint: str, step: int,
+                       root: str | None = None,
+                       metrics: Mapping[str, float] | None = None) -> str | None:  # fmt: skip
+    """Export the model at ``checkpoint`` (the one of global ``step``) under ``root`` (the
+    final exports' directory unless told), with ``metrics`` in eval.json beside it when
+    given; its directory, or None when the model returns no serving signature."""
+    root = root or export_root(cfg.training.checkpoint_dir)
     final = os.path.join(root, str(step))
     if os.path.isdir(final):
         return final  # an earlier chief exported this step (and then lost its exit)
@@ -71,11 +112,14 @@ def export_saved_model(cfg: ClusterConfig, model_fn: Any, checkpoint: str,
                 sess, [v1.saved_model.tag_constants.SERVING],
                 signature_def_map={SIGNATURE: signature(built)}, strip_default_attrs=True)
             builder.save()
+    if metrics is not None:
+        with open(os.path.join(aside, METRICS_FILE), "w") as f:
+            json.dump({"globalStep": step, "metrics": dict(metrics)}, f, sort_keys=True)
     try:
         os.rename(aside, final)
     except OSError:  # another process exported this step meanwhile: keep theirs
         shutil.rmtree(aside, ignore_errors=True)
-    prune(root)
+    prune(root, keep_of(cfg))
     return final
 
 
@@ -85,7 +129,7 @@ def signature(built: BuiltModel) -> Any:
                                                 outputs=dict(built.serving["outputs"]))
 
 
-def prune(root: str) -> None:
-    """Keep the newest ``KEEP`` exports."""
-    for step in exported_steps(os.listdir(root))[:-KEEP]:
+def prune(root: str, keep: int = KEEP) -> None:
+    """Keep the newest ``keep`` exports."""
+    for step in exported_steps(os.listdir(root))[:-keep]:
         shutil.rmtree(os.path.join(root, str(step)), ignore_errors=True)

@@ -33,5 +33,7 @@ def build(*, replica: int, num_replicas: int, batch_size: int, seed: int,
         return {x: px, y: py}
 
     ex, ey = points(10_000, 0, 512)
+    # What a server is given: points, and the probability of class 1 for each.
+    serving = {"inputs": {"x": x}, "outputs": {"probability": tf.sigmoid(logits)}}
     return {"loss": loss, "feed": feed, "eval": {"accuracy": accuracy},
-            "eval_feed": {x: ex, y: ey}}  # fmt: skip
+            "eval_feed": {x: ex, y: ey}, "serving": serving}  # fmt: skip

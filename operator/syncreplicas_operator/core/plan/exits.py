@@ -41,6 +41,8 @@ def handle_exits(ctx: PlanContext) -> bool:
         why = _disrupted(pod) if disrupted else exit_summary(pod.exit_code, pod.exit_reason)
         if decision is ReplicaExitDecision.SUCCEED_JOB:
             step = final_step(ctx, pod)
+            for kind, path, at_step in pod.exports:  # its SavedModels, where and of which step
+                ctx.status[kind] = {"path": path, "globalStep": at_step}
             at = f" at global step {step}" if step is not None else ""
             finish(ctx, True, naming.REASON_SUCCEEDED, f"the chief finished training{at}")
             return True
