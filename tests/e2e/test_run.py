@@ -361,6 +361,13 @@ def fine_tune_from(pretrained: Path, tmp_path: Path) -> None:
     evals.Reload()
     first_eval = evals.Scalars("accuracy")[0]
     assert first_eval.step == 50 and first_eval.value >= 0.97, evals.Scalars("accuracy")
+    # Its best export by accuracy (the first evaluation's at least), as the report says.
+    best = Path(summary["best_export_path"])
+    assert best.parent == workdir / "checkpoints" / "export" / "best", summary
+    saved = json.loads((best / "eval.json").read_text())
+    assert saved["globalStep"] == summary["best_export_step"] >= 50, saved
+    assert saved["metrics"]["accuracy"] >= first_eval.value - 1e-6, saved
+    assert f"best SavedModel: {best} (global step {saved['globalStep']})" in result.stdout
     # Its schedule's rate at every logged step is the closed form at that step.
     from syncreplicas_api.schedules import LearningRateSchedule, rate_at
 

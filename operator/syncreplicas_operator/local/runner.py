@@ -212,4 +212,5 @@ class LocalRunner:
             workdir=str(self.workdir.root),
             exit_codes={r.name: r.exit_codes for r in replicas},
             export=export_from_log(replicas.by_name[naming.CHIEF_KEY].log_path),
+            best_export=export_from_log(replicas.by_name[naming.CHIEF_KEY].log_path, best=True),
         )

@@ -125,6 +125,9 @@ class RunSummary:
     # The chief's SavedModel export at the end of training: its directory and global step.
     export_path: str | None = None
     export_step: int | None = None
+    # Its latest best export (training.export.best), likewise.
+    best_export_path: str | None = None
+    best_export_step: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """summary.json's content."""
@@ -151,6 +154,7 @@ def summarize(
     workdir: str = "",
     exit_codes: Mapping[str, Sequence[int]] | None = None,
     export: tuple[str, int] | None = None,
+    best_export: tuple[str, int] | None = None,
 ) -> RunSummary:
     """The run's summary from the scraped history and the runner's records.
 
@@ -228,6 +232,8 @@ def summarize(
         resizes_planned_not_fired=list(resizes_planned_not_fired),
         export_path=export[0] if export else None,
         export_step=export[1] if export else None,
+        best_export_path=best_export[0] if best_export else None,
+        best_export_step=best_export[1] if best_export else None,
     )
 
 
@@ -262,6 +268,9 @@ def format_summary(summary: RunSummary, checkpoint_dir: Path, logs_dir: Path,
         lines.append(f"  TensorBoard summaries: tensorboard --logdir {checkpoint_dir}")
     if summary.export_path:
         lines.append(f"  SavedModel: {summary.export_path} (global step {summary.export_step})")
+    if summary.best_export_path:
+        lines.append(f"  best SavedModel: {summary.best_export_path} "
+                     f"(global step {summary.best_export_step})")
     if summary.replicas_to_aggregate_lowest is not None:
         lines.append(
             f"  elastic R: updates aggregated as few as {summary.replicas_to_aggregate_lowest}"

@@ -22,6 +22,10 @@ _EXPORT_LINE: Final = re.compile(
     rf"(?:^|\s)syncreplicas {re.escape(naming.CHIEF_KEY)}: exported a SavedModel of global step "
     r"(\d+) to (\S+)$"
 )
+_BEST_EXPORT_LINE: Final = re.compile(
+    rf"(?:^|\s)syncreplicas {re.escape(naming.CHIEF_KEY)}: best export: global step (\d+), "
+    r".* to (\S+)$"
+)
 _EVAL_LINE: Final = re.compile(
     rf"(?:^|\s)syncreplicas {re.escape(naming.CHIEF_KEY)}: eval ((?:\S+=\S+\s*)+)$"
 )
@@ -93,14 +97,16 @@ def final_eval_from_log(path: Path) -> dict[str, float]:
     return {}
 
 
-def export_from_log(path: Path) -> tuple[str, int] | None:
-    """The chief's last SavedModel export (its directory, its global step), None if none."""
+def export_from_log(path: Path, best: bool = False) -> tuple[str, int] | None:
+    """The chief's last SavedModel export (its directory, its global step), None if none;
+    ``best``: its last best export (training.export.best)."""
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
         return None
+    pattern = _BEST_EXPORT_LINE if best else _EXPORT_LINE
     for line in reversed(lines):
-        match = _EXPORT_LINE.search(line)
+        match = pattern.search(line)
         if match:
             return match.group(2), int(match.group(1))
     return None
