@@ -19,7 +19,6 @@ from pydantic import Field
 
 from .fields import ApiModel, Int32, Str
 
-WHERE: Final = "training.export"
 KEEP: Final = 3
 
 
@@ -42,7 +41,6 @@ class BestExport(ApiModel):
     goal: Goal = Field(
         Goal.MAXIMIZE, description="Maximize (accuracy) or Minimize (a loss, an error)."
     )
-
 
 
 class Export(ApiModel):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.jobs import with_changes
+from tests.support.tfcluster import start_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,6 +29,21 @@ LINEAR_JOB: dict[str, Any] = {
 def linear_job(**changes: Any) -> dict[str, Any]:
     """LINEAR_JOB with changes; ``training__maxSteps=5`` reaches into nested objects."""
     return with_changes(LINEAR_JOB, **changes)
+
+
+def until_the_chief_ends(job: dict[str, Any], workdir: Path,
+                         chief_env: dict[str, str] | None = None, chief_timeout: float = 240.0,
+                         rest_timeout: float = 120.0) -> tuple[dict[Any, int | None], str]:
+    """Run ``job`` (a PS, the chief, a worker) until its chief ends, and the others with it
+    when it succeeded (a chief that failed leaves them to the clean-up): the exit codes
+    and the chief's log. ``chief_env`` is added to the chief's environment."""
+    with start_cluster(job, workers=1, ps=1, workdir=workdir, env=runtime_env(),
+                       start=False) as cluster:  # fmt: skip
+        cluster.replica("chief", 0).env.update(chief_env or {})
+        cluster.start_all()
+        if cluster.wait_one("chief", 0, timeout=chief_timeout) == 0:
+            cluster.wait(timeout=rest_timeout)
+        return cluster.poll(), cluster.log("chief", 0)
 
 
 def runtime_env() -> dict[str, str]:

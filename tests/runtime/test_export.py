@@ -18,8 +18,7 @@ from syncreplicas_runtime.foundation import exitcodes
 from syncreplicas_runtime.model.contract import ModelError, build_model
 from syncreplicas_runtime.state.export import KEEP, beats, best_so_far, exported_steps, prune
 
-from tests.runtime.rtutil import linear_job, runtime_env
-from tests.support.tfcluster import start_cluster
+from tests.runtime.rtutil import linear_job, runtime_env, until_the_chief_ends
 
 # A fresh process, as a model server: TensorFlow 2's loader, the signature by its name.
 SERVE = """
@@ -98,20 +97,14 @@ def test_better_means_the_goals_way_and_nan_is_never_better(tmp_path: Path) -> N
 
 
 def run_job(tmp_path: Path, **changes: object) -> tuple[dict[object, int | None], str, str]:
-    """A linear job with a serving signature (chief, a worker, a PS) until its chief ends
-    (the others with it when it succeeded): the exit codes, the chief's log and its
-    termination message."""
+    """A linear job with a serving signature until its chief ends: the exit codes, the
+    chief's log and its termination message."""
     job = linear_job(replicasToAggregate=2, model__entrypoint="tests.runtime.summarymodel:build",
                      **changes)  # fmt: skip
     message = tmp_path / "chief-termination-log"
-    with start_cluster(job, workers=1, ps=1, workdir=tmp_path, env=runtime_env(),
-                       start=False) as cluster:  # fmt: skip
-        cluster.replica("chief", 0).env["SYNCREPLICAS_TERMINATION_LOG"] = str(message)
-        cluster.start_all()
-        if cluster.wait_one("chief", 0, timeout=180) == 0:
-            cluster.wait(timeout=60)
-        codes = cluster.poll()  # a chief that failed leaves the others to the clean-up
-        chief = cluster.log("chief", 0)
+    codes, chief = until_the_chief_ends(job, tmp_path,
+                                        {"SYNCREPLICAS_TERMINATION_LOG": str(message)},
+                                        chief_timeout=180, rest_timeout=60)  # fmt: skip
     return codes, chief, message.read_text() if message.exists() else ""
 
 

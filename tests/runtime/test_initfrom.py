@@ -15,8 +15,7 @@ from syncreplicas_runtime.foundation import exitcodes
 from syncreplicas_runtime.graph import initfrom
 from syncreplicas_runtime.process.exits import Exit
 
-from tests.runtime.rtutil import linear_job, runtime_env
-from tests.support.tfcluster import start_cluster
+from tests.runtime.rtutil import linear_job, until_the_chief_ends
 
 # --- the rules, without TensorFlow processes -----------------------------------------------
 
@@ -74,16 +73,9 @@ def test_a_path_that_holds_no_checkpoint_is_refused(tmp_path: Path) -> None:
 
 
 def train(tmp_path: Path, name: str, **changes: Any) -> tuple[dict[Any, int | None], str]:
-    """Run a linear job until its chief ends (the others with it when it failed): the exit
-    codes and the chief's log."""
-    job = linear_job(**changes)
-    with start_cluster(job, workers=1, ps=1, workdir=tmp_path / name,
-                       env=runtime_env()) as cluster:  # fmt: skip
-        if cluster.wait_one("chief", 0, timeout=240) == 0:
-            cluster.wait(timeout=120)
-        codes = cluster.poll()
-        chief = cluster.log("chief", 0)
-    return codes, chief
+    """Run a linear job until its chief ends (the others with it when it succeeded): the
+    exit codes and the chief's log."""
+    return until_the_chief_ends(linear_job(**changes), tmp_path / name)
 
 
 def tensors(path: Path) -> dict[str, Any]:

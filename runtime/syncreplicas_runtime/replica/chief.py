@@ -209,11 +209,13 @@ def train(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGra
         global_step = loop.step()
         if snapshots is not None:
             snapshots.notify(global_step)
+        saved = None  # this step's checkpoint, for an evaluation of the same step to export
         if cfg.training.checkpoint_dir and global_step // every > ctx.last_checkpoint // every \
                 and global_step < cfg.training.max_steps:
             ctx.last_checkpoint = global_step
-            if save_checkpoint(sess, training, cfg.training.checkpoint_dir, global_step,
-                               ctx.log):
+            saved = save_checkpoint(sess, training, cfg.training.checkpoint_dir, global_step,
+                                    ctx.log)
+            if saved:
                 m.checkpoint_step.set(global_step)
                 ctx.log(f"checkpoint at global step {global_step}")
         last = global_step >= cfg.training.max_steps
@@ -223,7 +225,7 @@ def train(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGra
             return finish_chief(ctx, protocol, sess, training, global_step, summaries)
         evals = cfg.training.eval_every_steps
         if evals and training.model.eval and global_step // evals > loop.last_eval // evals:
-            evaluate(ctx, sess, training, global_step, summaries)
+            evaluate(ctx, sess, training, global_step, summaries, saved)
             loop.last_eval = global_step
 
 
@@ -259,17 +261,25 @@ def finish_chief(ctx: Context, protocol: SyncProtocol, sess: Any, training: Trai
 
 
 def export(ctx: Context, checkpoint: str, global_step: int) -> None:
-    """The SavedModel of the last checkpoint (state/export.py); a failure is said, and
-    training still ends well: the checkpoint holds the model."""
-    try:
-        path = export_saved_model(ctx.cfg, ctx.model_fn, checkpoint, global_step)
-    except Exception as err:  # the model's serving graph, the disk: say which, go on
-        ctx.log(f"export of global step {global_step} failed: {type(err).__name__}: "
-                f"{str(err).splitlines()[0] if str(err) else ''}")
-        return
-    ctx.log(f"exported a SavedModel of global step {global_step} to {path}")
+    """The SavedModel of the last checkpoint (state/export.py)."""
+    path = export_or_say(ctx, "export", checkpoint, global_step)
     if path is not None:
+        ctx.log(f"exported a SavedModel of global step {global_step} to {path}")
         ctx.exported["export"] = (path, global_step)
+
+
+def export_or_say(ctx: Context, what: str, checkpoint: str, global_step: int,
+                  root: str | None = None,
+                  metrics: dict[str, float] | None = None) -> str | None:  # fmt: skip
+    """export_saved_model; a failure is said and gives None, and training still ends well
+    or goes on: the checkpoint holds the model."""
+    try:
+        return export_saved_model(ctx.cfg, ctx.model_fn, checkpoint, global_step, root,
+                                  metrics)  # fmt: skip
+    except Exception as err:  # the model's serving graph, the disk: say which, go on
+        ctx.log(f"{what} of global step {global_step} failed: {type(err).__name__}: "
+                f"{str(err).splitlines()[0] if str(err) else ''}")
+        return None
 
 
 def check_best_metric(ctx: Context, training: TrainingGraph) -> None:
@@ -301,16 +311,11 @@ def export_if_best(ctx: Context, sess: Any, training: TrainingGraph, global_step
             return  # a newer checkpoint is there: this chief is not the job's latest word
         ctx.last_checkpoint = global_step
         ctx.metrics.checkpoint_step.set(global_step)
-    try:
-        path = export_saved_model(ctx.cfg, ctx.model_fn, checkpoint, global_step, root, values)
-    except Exception as err:  # as for the final export: said, and training goes on
-        ctx.log(f"best export of global step {global_step} failed: {type(err).__name__}: "
-                f"{str(err).splitlines()[0] if str(err) else ''}")
-        return
-    before = "the first" if best is None else f"the best before: {best:.4f}"
-    ctx.log(f"best export: global step {global_step}, {metric} {values[metric]:.4f} "
-            f"({before}), to {path}")
+    path = export_or_say(ctx, "best export", checkpoint, global_step, root, values)
     if path is not None:
+        before = "the first" if best is None else f"the best before: {best:.4f}"
+        ctx.log(f"best export: global step {global_step}, {metric} {values[metric]:.4f} "
+                f"({before}), to {path}")
         ctx.exported["bestExport"] = (path, global_step)
 
 
