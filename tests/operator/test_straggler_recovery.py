@@ -7,6 +7,7 @@ a cluster share the metrics port; the server answers by the address it was asked
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ class Replica:
 
     gauges: dict[str, float] = field(default_factory=dict)
     drop_share: float = 0.0  # of the gradients pushed between two reads
+    delay: float = 0.0  # seconds before it answers
     pushed: float = 0.0
     dropped: float = 0.0
 
@@ -58,6 +60,7 @@ async def replicas() -> AsyncIterator[tuple[int, dict[str, Replica]]]:
     async def serve(request: web.Request) -> web.Response:
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
         replica = served[by_address[sockname[0]]]
+        await asyncio.sleep(replica.delay)
         return web.Response(text=replica.text(), content_type="text/plain")
 
     app = web.Application()
@@ -101,7 +104,9 @@ async def test_degraded_straggler_eviction_and_recovery(
     coordinator, chief = served["ps-0"], served["chief-0"]
     coordinator.gauges.update(syncreplicas_replicas_to_aggregate=3, syncreplicas_live_replicas=3)
     chief.gauges.update(syncreplicas_global_step=100, syncreplicas_restored_step=0)
-    served["worker-1"].drop_share = 0.9
+    # A slow answer: a read of it is still under way when its pod is deleted, and ends
+    # after (it must not count against the pod that replaces it).
+    served["worker-1"].drop_share, served["worker-1"].delay = 0.9, 1.0
     await c.create_job(
         job_manifest(
             job,
@@ -160,6 +165,9 @@ async def test_degraded_straggler_eviction_and_recovery(
     # worker-1 is back (a new process: fresh counters, no drops) and training goes on
     await c.wait_for(lambda: f"{job}-worker-1" in c.pod_names(ns, job), what="re-created")
     served["worker-1"] = Replica()
+    # Its pod runs 3 s later (a slow start): longer than evictAfterSeconds after that late
+    # read, so a flag it left would evict the new pod as soon as the recovery is seen.
+    await asyncio.sleep(3)
     await c.set_pod(ns, f"{job}-worker-1", "Running", pod_ip=ADDRESSES["worker-1"])
     coordinator.gauges.update(syncreplicas_replicas_to_aggregate=3, syncreplicas_live_replicas=3)
     chief.gauges.update(syncreplicas_global_step=130)

@@ -251,6 +251,44 @@ def test_drop_fractions(
     assert straggler.drop_fractions(window) == expected
 
 
+OLD, NEW = "uid-old", "uid-new"
+
+
+@pytest.mark.parametrize(
+    ("window", "holders", "expected"),
+    [
+        # the pod was replaced mid-window: only the new pod's scrapes count, even when its
+        # counters have passed the old pod's first ones
+        (
+            [
+                {"worker-1": GradientCounts(10, 9, OLD)},
+                {"worker-1": GradientCounts(50, 45, OLD)},
+                {"worker-1": GradientCounts(10, 0, NEW)},
+                {"worker-1": GradientCounts(60, 1, NEW)},
+            ],
+            {"worker-1": NEW},
+            {"worker-1": 0.02},
+        ),
+        # a read of the old pod that ends after its replacement: says nothing of the new one
+        (
+            [
+                {"worker-1": GradientCounts(10, 9, OLD)},
+                {"worker-1": GradientCounts(50, 45, OLD)},
+            ],
+            {"worker-1": NEW},
+            {},
+        ),
+        # ... nor of a replica no pod holds now
+        ([{"worker-1": GradientCounts(10, 9, OLD)}, {"worker-1": GradientCounts(50, 45, OLD)}],
+         {}, {}),
+    ],
+)  # fmt: skip
+def test_drop_fractions_count_the_pod_that_holds_the_replica(
+    window: list[dict[str, GradientCounts]], holders: dict[str, str], expected: dict[str, float]
+) -> None:
+    assert straggler.drop_fractions(window, holders) == expected
+
+
 FLAGGED = {"replica": "worker-2", "dropFraction": 0.8, "since": "2026-01-01T00:00:00Z"}
 
 
@@ -319,7 +357,10 @@ def nobody(_: str) -> bool:
         ),
         # flagged long enough: evicted (the flag goes with it)
         (FLAGGED, {"worker-2": 0.8}, 60, 60, everyone, (None, None, None, "worker-2")),
-        (FLAGGED, None, 60, 61, everyone, (None, None, None, "worker-2")),
+        # due, but not measured this pass (the flag may be older than the pod that holds
+        # the replica now): the next read decides
+        (FLAGGED, None, 60, 61, everyone, (FLAGGED, None, None, None)),
+        (FLAGGED, {"worker-1": 0.0}, 60, 61, everyone, (FLAGGED, None, None, None)),
         # not yet
         (FLAGGED, {"worker-2": 0.8}, 60, 59, everyone, (FLAGGED, None, None, None)),
         # due but not evictable (the chief, another recovery running): stays flagged

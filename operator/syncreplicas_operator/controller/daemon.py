@@ -22,7 +22,7 @@ import functools
 import logging
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
@@ -398,7 +398,7 @@ async def read_progress(
 
 
 async def read_replicas(
-    job: Job, state: JobState, pods: Iterable[ObservedPod]
+    job: Job, state: JobState, pods: Sequence[ObservedPod]
 ) -> tuple[dict[str, float] | None, dict[str, tuple[str, int]] | None]:
     """Each replica's share of gradients dropped as stale over the window, and every
     replica's warm restarts, in the pass after a read of every replica ends (None in the
@@ -414,7 +414,7 @@ async def read_replicas(
         if not task.cancelled() and task.exception() is None:
             scrape, warm = task.result()
             state.gradient_window.append(scrape)
-            found = drop_fractions(list(state.gradient_window)), warm
+            found = drop_fractions(list(state.gradient_window), replicametrics.holders(pods)), warm
     if state.replica_reads is None and time.monotonic() >= state.next_gradients_read:
         state.next_gradients_read = time.monotonic() + SETTINGS.replica_scrape_interval
         state.replica_reads = asyncio.ensure_future(replicametrics.read_gradients(

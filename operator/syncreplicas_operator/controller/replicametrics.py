@@ -120,6 +120,12 @@ def warm_sources(pods: Iterable[ObservedPod]) -> list[ObservedPod]:
     return [p for p in pods if readable(p)]
 
 
+def holders(pods: Iterable[ObservedPod]) -> dict[str, str]:
+    """Replica key -> uid of the pod that holds it now (the pods a scrape's counts must
+    come from to count: core/straggler.drop_fractions)."""
+    return {naming.replica_key(p.replica_type, p.index): p.uid for p in pods if p.active}
+
+
 # What a read of every replica found: the gradient counters (replica key -> counts) and
 # the warm restarts (pod name -> (uid, count)).
 ReplicaReads = tuple[Scrape, dict[str, tuple[str, int]]]
@@ -151,7 +157,7 @@ async def read_gradients(
                 return None
             dropped = values.get(metricnames.STALE_GRADIENTS_DROPPED, 0.0)
             key = naming.replica_key(pod.replica_type, pod.index)
-            return key, GradientCounts(pushed=pushed, dropped=dropped)
+            return key, GradientCounts(pushed=pushed, dropped=dropped, pod=pod.uid)
 
         results = await asyncio.gather(*(read(p) for p in targets))
     log_failed("replicas' metrics", failed, len(targets))

@@ -8,6 +8,10 @@ fraction exceeds the threshold, and cleared only when it falls below half of it
 ``runPolicy.stragglerPolicy`` a replica flagged for ``evictAfterSeconds`` has its pod
 deleted, so that the scheduler may place it on another node; the caller decides who may be
 evicted (never a PS or the chief, one at a time).
+
+Evidence is of one pod: a replica's counts come from the pod that holds it now (a scrape
+of a pod since replaced, still in flight when it was replaced, says nothing about the new
+one), and a replica is evicted only at a pass that measured it, never on a flag alone.
 """
 
 from __future__ import annotations
@@ -30,26 +34,37 @@ MIN_PUSHES: Final = 5
 
 @dataclass(frozen=True)
 class GradientCounts:
-    """A replica's two counters at one scrape."""
+    """A replica's two counters at one scrape, and the uid of the pod they were read from
+    ("" when unknown)."""
 
     pushed: float
     dropped: float
+    pod: str = ""
 
 
 Scrape = Mapping[str, GradientCounts]  # replica key -> counters
 
 
-def drop_fractions(window: Sequence[Scrape], min_pushes: int = MIN_PUSHES) -> dict[str, float]:
+def drop_fractions(
+    window: Sequence[Scrape],
+    holders: Mapping[str, str] | None = None,
+    min_pushes: int = MIN_PUSHES,
+) -> dict[str, float]:
     """Dropped over pushed between each replica's first and last scrape in ``window``.
 
-    Counters that went down belong to a new process: its counts since it started are the
-    window's. Replicas with fewer than ``min_pushes`` pushes in the window are left out.
+    Only scrapes of the pod the last one read count (another pod is another process).
+    With ``holders`` (replica key -> uid of the pod that holds it now), a replica whose
+    last scrape read another pod is left out. Counters that went down belong to a new
+    process in the same pod: its counts since it started are the window's. Replicas with
+    fewer than ``min_pushes`` pushes in the window are left out.
     """
     if not window:
         return {}
     out: dict[str, float] = {}
     for replica, last in window[-1].items():
-        first = next(s[replica] for s in window if replica in s)
+        if holders is not None and holders.get(replica) != last.pod:
+            continue
+        first = next(s[replica] for s in window if replica in s and s[replica].pod == last.pod)
         pushed, dropped = last.pushed - first.pushed, last.dropped - first.dropped
         if pushed < 0 or dropped < 0:
             pushed, dropped = last.pushed, last.dropped
@@ -102,7 +117,9 @@ def decide_straggler(
     remaining = evict_after_seconds - (now - since).total_seconds()
     if remaining > 0:
         return StragglerDecision(current, detected, cleared, evict_in=remaining)
-    if evictable(current["replica"]):
+    # Due: evicted at a pass that measured it again (between reads the flag may be older
+    # than the pod that holds the replica now; the next read decides).
+    if current["replica"] in measured and evictable(current["replica"]):
         return StragglerDecision(None, detected, cleared, evict=current["replica"])
     return StragglerDecision(current, detected, cleared)
 
