@@ -35,6 +35,8 @@ from .templates import (
     RoleSpec,
     as_dicts,
 )
+from .tensorboard import PORT as TENSORBOARD_PORT
+from .tensorboard import TensorBoard as TensorBoard
 from .warmstart import WarmStart
 
 # Bounded strings keep the CEL rules' estimated cost small (the API server refuses rules
@@ -622,6 +624,27 @@ def _spares_need_metrics(spec: JobSpec) -> list[tuple[str, str]]:
     return []
 
 
+def _tensorboard_port_free(spec: JobSpec) -> list[tuple[str, str]]:
+    board = spec.tensorboard
+    if board is not None and board.port == spec.metrics.port:
+        return [("tensorboard.port", f"must differ from metrics.port ({board.port})")]
+    return []
+
+
+def _tensorboard_needs_checkpoints(spec: JobSpec) -> list[tuple[str, str]]:
+    if spec.tensorboard is not None and not spec.training.checkpoint_dir:
+        return [("tensorboard", "needs training.checkpointDir: the chief writes its "
+                                "summaries there (checkpointDir is \"\")")]  # fmt: skip
+    return []
+
+
+def _tensorboard_kept(old: JobSpec, new: JobSpec) -> list[tuple[str, str]]:
+    if (old.tensorboard is None) == (new.tensorboard is None):
+        return []
+    return [("tensorboard", "cannot be added or removed once the job exists (it runs in "
+                            "the chief's pod)")]  # fmt: skip
+
+
 def _spares_not_added(old: JobSpec, new: JobSpec) -> list[tuple[str, str]]:
     if new.run_policy.spares == 0 or old.run_policy.spares > 0:
         return []
@@ -642,6 +665,22 @@ class JobSpec(ClusterShape):
             "it",
             _spares_need_metrics,
             field_path=".runPolicy.spares",
+        ),
+        Rule(
+            "!has(self.tensorboard) || (has(self.tensorboard.port) ? self.tensorboard.port : "
+            f"{TENSORBOARD_PORT}) != (has(self.metrics) && has(self.metrics.port) ? "
+            f"self.metrics.port : {MetricsSpec.model_fields['port'].default})",
+            "spec.tensorboard.port must differ from metrics.port",
+            _tensorboard_port_free,
+            field_path=".tensorboard.port",
+        ),
+        Rule(
+            "!has(self.tensorboard) || !has(self.training) || "
+            "!has(self.training.checkpointDir) || self.training.checkpointDir != ''",
+            "spec.tensorboard needs training.checkpointDir: the chief writes its summaries "
+            "there",
+            _tensorboard_needs_checkpoints,
+            field_path=".tensorboard",
         ),
     )
     transition_rules = (
@@ -667,6 +706,13 @@ class JobSpec(ClusterShape):
             _spares_not_added,
             field_path=".runPolicy.spares",
         ),
+        TransitionRule(
+            "has(self.tensorboard) == has(oldSelf.tensorboard)",
+            "spec.tensorboard cannot be added or removed once the job exists (it runs in the "
+            "chief's pod)",
+            _tensorboard_kept,
+            field_path=".tensorboard",
+        ),
     )
     model: ModelSpec = Field(description="The model every replica builds.")
     training: Annotated[TrainingSpec, Immutable()] = Field(
@@ -676,6 +722,12 @@ class JobSpec(ClusterShape):
     metrics: Annotated[MetricsSpec, Immutable()] = Field(
         default_factory=MetricsSpec,
         description="The runtime's HTTP endpoint (/metrics, /healthz, /readyz). Immutable.",
+    )
+    tensorboard: TensorBoard | None = Field(
+        None,
+        description="TensorBoard in the chief's pod on the chief's summaries (a native "
+        "sidecar reading checkpointDir read-only), behind the Service <job>-tensorboard; "
+        "absent: none. Cannot be added or removed once the job exists.",
     )
     # None: the operator's default runtime image (unless a template's container names one).
     image: Str | None = Field(

@@ -263,6 +263,8 @@ GOOD = [
     pytest.param(with_value(full, "spec.minReplicasToAggregate", 3), id="min-R-equals-R"),
     pytest.param(with_value(minimal, "spec.training.checkpointDir", ""), id="no-checkpoints"),
     pytest.param(with_value(minimal, "spec.metrics.port", 0), id="metrics-off"),
+    pytest.param(with_value(minimal, "spec.tensorboard", {}), id="tensorboard"),
+    pytest.param(with_value(minimal, "spec.tensorboard", {"port": 8080}), id="tensorboard-port"),
     pytest.param(with_value(minimal, "spec.training.learningRate", 1), id="integer-rate"),
     pytest.param(with_value(minimal, "spec.stallTimeoutSeconds", 0), id="stall-off"),
     pytest.param(
@@ -449,6 +451,10 @@ BAD = [
     ("spec.training.packMinBytesPerPS", -1, "spec.training.packMinBytesPerPS"),
     ("spec.training.batch_size", 32, "spec.training.batch_size"),
     ("spec.metrics.port", 2222, "spec.metrics.port"),
+    ("spec.tensorboard.port", 2222, "spec.tensorboard.port"),
+    ("spec.tensorboard.port", 9090, "spec.tensorboard.port"),  # metrics.port's default
+    ("spec.tensorboard.port", 0, "spec.tensorboard.port"),
+    ("spec.tensorboard", "yes", "spec.tensorboard"),
     ("spec.metrics.port", 70000, "spec.metrics.port"),
     ("spec.metrics.port", -1, "spec.metrics.port"),
     ("spec.image", "", "spec.image"),
@@ -580,6 +586,7 @@ TRANSITIONS = [
     ("spec.training.maxSteps", 5000, "spec.training"),
     ("spec.training.learningRate", 0.5, "spec.training"),
     ("spec.metrics.port", 9191, "spec.metrics"),
+    ("spec.tensorboard", {}, "spec.tensorboard"),
     ("spec.runPolicy.suspend", True, None),
     ("spec.runPolicy.backoffLimit", 1, None),
     ("spec.runPolicy.ttlSecondsAfterFinished", 60, None),
@@ -829,7 +836,7 @@ def test_immutable_fields_match_spec_py() -> None:
 
     in_crd = {k for k, v in props.items() if immutable(v)} | {
         f"{parent}.{k}"
-        for parent in ("model", "elasticPolicy")
+        for parent in ("model", "elasticPolicy", "tensorboard")
         for k, v in props[parent]["properties"].items()
         if immutable(v)
     }
@@ -891,6 +898,28 @@ def test_updates_same_on_both_sides(field: str, value: Any, refused: str | None)
     assert crd_problems(new) == []
     update = crd_problems(new, old)
     assert [path for path, _ in update] == ([refused] if refused else []), update
+    changes = spec.immutable_changes(spec.parse_job(old).spec, spec.parse_job(new).spec)
+    assert [p.path for p in changes] == ([refused] if refused else [])
+
+
+def with_tensorboard() -> dict[str, Any]:
+    return with_value(full, "spec.tensorboard", {"port": 6006})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "refused"),
+    [
+        ("spec.tensorboard.port", 6007, "spec.tensorboard.port"),
+        ("spec.tensorboard", MISSING, "spec.tensorboard"),
+        ("spec.tensorboard.port", MISSING, None),  # its default: the same port
+    ],
+)
+def test_tensorboard_stays_as_the_job_was_created(
+    field: str, value: Any, refused: str | None
+) -> None:
+    old = with_tensorboard()
+    new = with_value(with_tensorboard, field, value)
+    assert [path for path, _ in crd_problems(new, old)] == ([refused] if refused else [])
     changes = spec.immutable_changes(spec.parse_job(old).spec, spec.parse_job(new).spec)
     assert [p.path for p in changes] == ([refused] if refused else [])
 

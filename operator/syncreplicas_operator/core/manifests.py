@@ -40,7 +40,7 @@ import copy
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
-from . import naming, placement, podsecurity, podtemplate, policy, tfconfig
+from . import naming, placement, podsecurity, podtemplate, policy, tensorboard, tfconfig
 from .enums import ChiefRestartPolicy, GangScheduler, RestartPolicy
 from .spec import Job, JobSpec
 
@@ -251,6 +251,8 @@ def build_pod(
     if replica_type == naming.CHIEF and spec.training.checkpoint_dir:
         writable[CHECKPOINT_VOLUME] = spec.training.checkpoint_dir
     podsecurity.writable_dirs(pod_spec, container, writable)
+    if replica_type == naming.CHIEF:
+        tensorboard.add_sidecar(spec, pod_spec, container, TMP_PATH)
     podsecurity.secure_pod(pod_spec)
     placement.add_tolerations(pod_spec)
     placement.add_spreading(pod_spec, job.name, replica_type)
@@ -343,6 +345,12 @@ def build_job_service(job: Job) -> Manifest:
     return _headless_service(job, name, naming.job_labels(job.name), selector)
 
 
+def build_tensorboard_service(job: Job) -> Manifest:
+    """The Service of the chief's TensorBoard (spec.tensorboard: core/tensorboard.py)."""
+    name = tensorboard.service_name(job.name)
+    return tensorboard.build_service(job, _metadata(job, name, naming.job_labels(job.name)))
+
+
 def _headless_service(
     job: Job, name: str, labels: Mapping[str, str], selector: Mapping[str, str]
 ) -> Manifest:
@@ -397,7 +405,8 @@ def build_disruption_budget(job: Job) -> Manifest:
 def build_network_policy(job: Job, *, metrics_from: Sequence[str] = ()) -> Manifest:
     """Ingress to the job's pods: gRPC only from the job's own pods (TensorFlow's gRPC has
     no authentication); metrics from anywhere (scrapers), or with ``metrics_from`` only
-    from pods in those namespaces. Other ingress is denied."""
+    from pods in those namespaces; TensorBoard (spec.tensorboard) from pods in the job's
+    namespace. Other ingress is denied."""
     selector = {"matchLabels": naming.job_labels(job.name)}
     ingress: list[Manifest] = [
         {
@@ -414,6 +423,9 @@ def build_network_policy(job: Job, *, metrics_from: Sequence[str] = ()) -> Manif
                 {"key": naming.NAMESPACE_NAME_LABEL, "operator": "In", "values": names}
             ]}}]  # fmt: skip
         ingress.append(metrics)
+    board = tensorboard.network_policy_rule(job)
+    if board is not None:
+        ingress.append(board)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -434,7 +446,8 @@ def build_children(
     """Everything a new job consists of, in creation order: its PodGroup (with a scheduling
     policy), the NetworkPolicy, the PodDisruptionBudget, then the job's Service and its
     replicas' Pods (PS, chief, workers); with spares each replica's Service before its
-    Pod (the spares themselves: plan/spares.py)."""
+    Pod (the spares themselves: plan/spares.py); with spec.tensorboard its Service after
+    the job's."""
     children: list[Manifest] = []
     if job.spec.run_policy.scheduling_policy is not None:
         children.append(build_pod_group(job))
@@ -444,6 +457,8 @@ def build_children(
     cluster = job_cluster(job, replica_services=per_replica)
     if not per_replica:
         children.append(build_job_service(job))
+    if job.spec.tensorboard is not None:
+        children.append(build_tensorboard_service(job))
     for replica_type, count in job.spec.replica_counts().items():
         for index in range(count):
             if per_replica:

@@ -92,6 +92,8 @@ class JobSpec:
     stall_timeout_seconds: int
     # None: workers is fixed; else the bounds it may be scaled within while the job runs.
     elastic_policy: api.ElasticPolicy | None = None
+    # None: no TensorBoard beside the chief.
+    tensorboard: api.TensorBoard | None = None
 
     @classmethod
     def from_api(cls, spec: api.JobSpec, manifest: Mapping[str, Any]) -> JobSpec:
@@ -117,6 +119,7 @@ class JobSpec:
             chief_restart_policy=spec.chief_restart_policy,
             stall_timeout_seconds=spec.stall_timeout_seconds,
             elastic_policy=spec.elastic_policy,
+            tensorboard=spec.tensorboard,
         )
 
     @property

@@ -1,14 +1,16 @@
 """The job's children: create what is missing (PodGroup, NetworkPolicy, the job's Service or
-with spares one per replica, then pods),
+with spares one per replica, TensorBoard's Service, then pods),
 delete what is out of range, force-delete pods stuck terminating on a lost node, keep the
 addresses of pods being deleted out of DNS.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import functools
+from collections.abc import Callable
+from typing import Any, Final
 
-from .. import manifests, naming
+from .. import manifests, naming, tensorboard
 from ..actions import (
     NORMAL,
     PODS_CREATED,
@@ -126,20 +128,26 @@ def uses_replica_services(ctx: PlanContext) -> bool:
 
 
 def _create_services(ctx: PlanContext, per_replica: bool) -> int:
-    """The Services not observed: the job's, or with ``per_replica`` each replica's; how
-    many."""
+    """The Services not observed: the job's, or with ``per_replica`` each replica's, then
+    TensorBoard's (spec.tensorboard); how many."""
     job = ctx.job
+    wanted: list[tuple[str, Callable[[], dict[str, Any]]]] = []
     if not per_replica:
-        if naming.job_service_name(job.name) in ctx.observed.services:
-            return 0
-        ctx.actions.append(CreateChild(manifests.build_job_service(job)))
-        return 1
+        wanted.append((naming.job_service_name(job.name), lambda: manifests.build_job_service(job)))
+    else:
+        for replica_type, count in ctx.spec.replica_counts().items():
+            for index in range(count):
+                wanted.append((
+                    naming.replica_name(job.name, replica_type, index),
+                    functools.partial(manifests.build_service, job, replica_type, index),
+                ))  # fmt: skip
+    if job.spec.tensorboard is not None:
+        wanted.append((tensorboard.service_name(job.name),
+                       lambda: manifests.build_tensorboard_service(job)))  # fmt: skip
     created = 0
-    for replica_type, count in ctx.spec.replica_counts().items():
-        for index in range(count):
-            if naming.replica_name(job.name, replica_type, index) in ctx.observed.services:
-                continue
-            ctx.actions.append(CreateChild(manifests.build_service(job, replica_type, index)))
+    for name, build in wanted:
+        if name not in ctx.observed.services:
+            ctx.actions.append(CreateChild(build()))
             created += 1
     return created
 
