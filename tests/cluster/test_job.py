@@ -21,11 +21,12 @@ import pytest
 import yaml
 from syncreplicas_api.schedules import LearningRateSchedule, rate_at
 
-from tests.cluster import kube
+from tests.cluster import boardlib, kube
 from tests.cluster.slowjob import paced_template, step_delay
 from tests.runtime.rtutil import logged_rates
 
 JOB_NAME = "linear"
+BOARD = f"{JOB_NAME}-tensorboard"
 LABEL = "syncreplicas.io/job-name"
 # What the operator must create for a job of 1 PS, a chief and 1 worker.
 REPLICAS = ("ps-0", "chief-0", "worker-0")
@@ -60,6 +61,7 @@ def users_job(namespace: str, max_steps: int, delay_ms: int = 0) -> dict[str, An
         "warmStart": {"checkpoint": f"{CHECKPOINT_DIR}/{PRETRAINED}", "variables": "user/w"},
         "export": {"keep": 2, "best": {"metric": "accuracy"}},
     })  # fmt: skip
+    job["spec"]["tensorboard"] = {}
     job["spec"]["template"] = {"spec": {
         "containers": [{
             "name": "tensorflow",
@@ -165,9 +167,11 @@ def _watch_training(namespace: str, volume: Path) -> None:
 
     kube.eventually("the operator creates a pod per replica", children, 60)
     services = kube.kubectl_json("get", "services", "-n", namespace, "-l", f"{LABEL}={JOB_NAME}")
-    # One headless Service for the job: every pod is <pod>.<job>.<namespace>.svc under it.
-    assert [s["metadata"]["name"] for s in services["items"]] == [JOB_NAME]
-    assert all(s["spec"]["clusterIP"] == "None" for s in services["items"])
+    # One headless Service for the job: every pod is <pod>.<job>.<namespace>.svc under it;
+    # and TensorBoard's (spec.tensorboard).
+    by_name = {s["metadata"]["name"]: s for s in services["items"]}
+    assert sorted(by_name) == [JOB_NAME, BOARD], sorted(by_name)
+    assert by_name[JOB_NAME]["spec"]["clusterIP"] == "None"
     for pod in kube.pods(namespace, f"{LABEL}={JOB_NAME}"):
         assert pod["spec"]["subdomain"] == JOB_NAME
         assert pod["spec"]["hostname"] == pod["metadata"]["name"]
@@ -198,6 +202,7 @@ def _watch_training(namespace: str, volume: Path) -> None:
                 and re.fullmatch(r"(\d+[dhm])?\d+[hms]", fields[5]) is not None)
 
     kube.eventually("`kubectl get srj` shows the progress and an ETA", eta_shown, 120, 1.0)
+    _look_at_tensorboard(namespace)
 
     # The pods run the runtime image as the non-root user of the image and the chart, in
     # one container (the template's `tensorflow` one, merged into the runtime's).
@@ -278,6 +283,26 @@ def _watch_training(namespace: str, volume: Path) -> None:
         assert logged == pytest.approx(rate_at(rate, schedule, step), rel=1e-5), (step, rates)
     # RBAC is enforced: the chart gave the operator every verb this job needed.
     assert not kube.operator_refusals()
+
+
+def _look_at_tensorboard(namespace: str) -> None:
+    """While it trains, TensorBoard in the chief's pod serves its loss, as its user opens
+    it (port-forward to its Service), in a browser; and a pod of the job's namespace
+    reaches it through the Service (the NetworkPolicy admits the namespace)."""
+    chief = kube.kubectl_json("get", "pod", f"{JOB_NAME}-chief-0", "-n", namespace)
+    assert [c["name"] for c in chief["spec"]["initContainers"]] == ["tensorboard"]
+    with boardlib.port_forward(namespace, BOARD, 6006) as base:
+        steps = boardlib.loss_steps(base, timeout=120)
+        assert steps == sorted(set(steps)), steps  # one curve, steps increasing
+        card = boardlib.loss_card(base, "tensorboard")
+        shown = boardlib.shown_step(card)
+        assert shown is not None and shown in boardlib.loss_steps(base, 30), card
+    served = kube.kubectl(
+        "exec", "-n", namespace, f"{JOB_NAME}-ps-0", "--", "python", "-c",
+        f"import urllib.request; print(urllib.request.urlopen('http://{BOARD}:6006/data/"
+        "plugin/scalars/tags', timeout=10).read().decode())",
+    ).stdout  # fmt: skip
+    assert '"loss"' in served, served
 
 
 @pytest.mark.timeout(600)

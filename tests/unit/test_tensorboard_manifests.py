@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from syncreplicas_operator.core import manifests, naming, tensorboard
 from syncreplicas_operator.core.actions import CreateChild
-from syncreplicas_operator.core.plan.pipeline import plan_job
 from syncreplicas_operator.core.plan.context import Observed
+from syncreplicas_operator.core.plan.pipeline import plan_job
 
 from tests.support.plans import T0
 from tests.unit.test_manifests import CHECKPOINTS, job
@@ -115,3 +115,17 @@ def test_the_planner_creates_the_service_once() -> None:
     observed = Observed((), frozenset({"job", "job-tensorboard"}), True)
     again = plan_job(j, observed, {}, T0)
     assert not [a for a in again.actions if isinstance(a, CreateChild) and a.kind == "Service"]
+
+
+@pytest.mark.parametrize(
+    ("asked", "board", "port"),
+    [(None, None, None), (None, {}, 6006), (None, {"port": 7007}, 7007), (0, {}, 0),
+     (8123, None, 8123)],
+)  # fmt: skip
+def test_syncreplicas_run_serves_it_on_the_jobs_port_unless_told_another(
+    asked: int | None, board: dict[str, Any] | None, port: int | None
+) -> None:
+    from syncreplicas_operator.local.cli import _board_port
+
+    j = job(tensorboard=board) if board is not None else job()
+    assert _board_port(asked, j) == port

@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tensorboard", metavar="PORT", type=int, nargs="?", const=DEFAULT_PORT,
         help=f"serve TensorBoard on 127.0.0.1:PORT (default {DEFAULT_PORT}; 0: a free port) "
-        "with the chief's summaries while the job trains",
+        "with the chief's summaries while the job trains (a job with spec.tensorboard: on "
+        "its port unless this says another)",
     )
     parser.add_argument(
         "--chaos", metavar="SPEC",
@@ -109,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
         runner = LocalRunner(
             job, processes, workdir=workdir, chaos=chaos, resizes=resizes, fresh=args.fresh,
             metrics_port=args.metrics_port, report_dir=args.report, plain=args.plain,
-            tensorboard_port=args.tensorboard,
+            tensorboard_port=_board_port(args.tensorboard, job),
         )
         return runner.run()
     except RunError as err:
@@ -195,3 +196,10 @@ def free_ports(count: int) -> list[int]:
             sock.bind(("127.0.0.1", 0))
             ports.append(int(sock.getsockname()[1]))
         return ports
+
+
+def _board_port(asked: int | None, job: Job) -> int | None:
+    """TensorBoard's port: --tensorboard's, else spec.tensorboard's (None: none)."""
+    if asked is not None:
+        return asked
+    return job.spec.tensorboard.port if job.spec.tensorboard is not None else None

@@ -1,0 +1,107 @@
+"""A job's TensorBoard (spec.tensorboard) as its user opens it: ``kubectl port-forward
+svc/<job>-tensorboard``, TensorBoard's own HTTP API (what its page reads), and its Time
+Series page in headless Chromium (perseslib's browser), read back card by card."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.cluster import kube, perseslib
+
+REPORT = kube.REPO / "reports" / "tensorboard"
+# TensorBoard's page fits the window (its cards scroll inside): a window's picture.
+VIEWPORT = {"width": 1400, "height": 1000}
+FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) ->")
+
+# Each scalar card of the Time Series page: its tag, whether its chart drew a line, and
+# the steps its data table shows.
+_CARDS_JS = """() => Array.from(document.querySelectorAll('scalar-card')).map(card => ({
+  tag: card.querySelector('.heading .name, tb-truncated-path')?.textContent?.trim() ?? '',
+  lines: card.querySelectorAll('line-chart svg path, line-chart canvas').length,
+  text: card.innerText.slice(0, 400),
+}))"""
+
+
+@contextmanager
+def port_forward(namespace: str, service: str, port: int) -> Iterator[str]:
+    """``kubectl port-forward svc/<service> :<port>``: the local base URL while it runs."""
+    proc = subprocess.Popen(
+        [kube.tool("kubectl"), "port-forward", "-n", namespace, f"svc/{service}", f":{port}"],
+        env=kube.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = FORWARDING.search(line)
+        assert found, f"kubectl port-forward: {line}{proc.stdout.read() if proc.poll() else ''}"
+        yield f"http://127.0.0.1:{found[1]}/"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def loss_steps(base: str, timeout: float, at_least: int = 3) -> list[int]:
+    """The steps of the ``loss`` series TensorBoard serves, once it has ``at_least``."""
+    deadline = time.monotonic() + timeout
+    steps: list[int] = []
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            tags = get(base + "data/plugin/scalars/tags")
+            if "loss" in tags.get(".", {}):
+                points = get(base + "data/plugin/scalars/scalars?run=.&tag=loss")
+                steps = [int(p[1]) for p in points]
+                if len(steps) >= at_least:
+                    return steps
+            last = json.dumps(tags)[:300]
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+            last = str(error)  # TensorBoard still starting
+        time.sleep(2)
+    raise AssertionError(f"TensorBoard served no loss series in {timeout:.0f} s: {last}")
+
+
+def shown_step(card: dict[str, Any]) -> int | None:
+    """The step in the card's data table (the run ".": smoothed, value, step, relative)."""
+    found = re.search(r"Relative\s+\.\s+\S+\s+\S+\s+(\d+)\s", str(card["text"]))
+    return int(found[1]) if found else None
+
+
+def loss_card(base: str, name: str, timeout: float = 120) -> dict[str, Any]:
+    """The Time Series page in Chromium until its ``loss`` card has drawn a line; that
+    card. The page is kept as reports/tensorboard/<name>.png (and with
+    SYNCREPLICAS_SCREENSHOTS=DIR as DIR/<name>.png)."""
+    deadline = time.monotonic() + timeout
+    cards: list[dict[str, Any]] = []
+    with perseslib.chromium() as browser:
+        browser.page.set_viewport_size(VIEWPORT)
+        browser.open(base + "#timeseries")
+        while time.monotonic() < deadline:
+            cards = browser.page.evaluate(_CARDS_JS)
+            card = next((c for c in cards if c["tag"] == "loss" and c["lines"]), None)
+            if card is not None:
+                time.sleep(2)  # the last animation frame, for the picture
+                path = REPORT / f"{name}.png"
+                perseslib.screenshot(browser, path, lambda: browser.open(base + "#timeseries"),
+                                     required=False)  # fmt: skip
+                pictures = os.environ.get("SYNCREPLICAS_SCREENSHOTS")
+                if pictures and path.exists():
+                    shutil.copy(path, Path(pictures) / path.name)
+                return dict(card)
+            time.sleep(2)
+    raise AssertionError(f"no loss chart drawn in {timeout:.0f} s; cards: {cards}")
