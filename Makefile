@@ -212,13 +212,16 @@ cluster: tools
 	@echo "  make cluster-down    # stop it"
 
 # The README's pictures of the dashboard (docs/images/dashboard-*.png): Perses drawing it
-# in Chromium during a real run (tests/cluster/test_dashboard_browser.py), on the cluster of
+# in Chromium during a real run (tests/cluster/test_dashboard_browser.py), and of a job's
+# TensorBoard (docs/images/tensorboard.png, tests/cluster/test_job.py), on the cluster of
 # `make cluster MONITORING=1 KUEUE=1` (made when none runs).
 screenshots: venv tools
 	python3 $(CLUSTER)/cluster.py is-up || $(MAKE) --no-print-directory cluster KUEUE=1 MONITORING=1
 	SYNCREPLICAS_SCREENSHOTS=$(CURDIR)/docs/images SYNCREPLICAS_REQUIRE_CLUSTER=1 \
-		$(PY) -m pytest tests/cluster/test_dashboard_browser.py --tb=short -q
-	@ls -l docs/images/dashboard-*.png
+		$(PY) -m pytest tests/cluster/test_dashboard_browser.py \
+		"tests/cluster/test_job.py::test_a_users_job_trains_to_max_steps_in_real_pods" \
+		--tb=short -q
+	@ls -l docs/images/dashboard-*.png docs/images/tensorboard.png
 
 cluster-down:
 	python3 $(CLUSTER)/cluster.py down

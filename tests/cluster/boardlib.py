@@ -20,8 +20,10 @@ from typing import Any
 from tests.cluster import kube, perseslib
 
 REPORT = kube.REPO / "reports" / "tensorboard"
+# The tags on the page: the training curves a model author looks at first.
+SHOWN = "^(loss|learning_rate|global_step/sec|accuracy)$"
 # TensorBoard's page fits the window (its cards scroll inside): a window's picture.
-VIEWPORT = {"width": 1400, "height": 1000}
+VIEWPORT = {"width": 1400, "height": 1100}
 FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) ->")
 
 # Each scalar card of the Time Series page: its tag, whether its chart drew a line, and
@@ -90,15 +92,22 @@ def loss_card(base: str, name: str, timeout: float = 120) -> dict[str, Any]:
     cards: list[dict[str, Any]] = []
     with perseslib.chromium() as browser:
         browser.page.set_viewport_size(VIEWPORT)
-        browser.open(base + "#timeseries")
+
+        def show_loss() -> None:
+            # Cards are drawn as they scroll into view: the tag filter, as a user types it,
+            # leaves only these, the loss's at the top.
+            browser.open(base + "#timeseries")
+            browser.page.fill("metrics-tag-filter input", SHOWN)
+            browser.page.keyboard.press("Escape")  # the filter's suggestions
+
+        show_loss()
         while time.monotonic() < deadline:
             cards = browser.page.evaluate(_CARDS_JS)
             card = next((c for c in cards if c["tag"] == "loss" and c["lines"]), None)
             if card is not None:
                 time.sleep(2)  # the last animation frame, for the picture
                 path = REPORT / f"{name}.png"
-                perseslib.screenshot(browser, path, lambda: browser.open(base + "#timeseries"),
-                                     required=False)  # fmt: skip
+                perseslib.screenshot(browser, path, show_loss, required=False)
                 pictures = os.environ.get("SYNCREPLICAS_SCREENSHOTS")
                 if pictures and path.exists():
                     shutil.copy(path, Path(pictures) / path.name)
