@@ -7,9 +7,11 @@ server can run any graph there. While a job trains across several nodes, two pod
 not the job's (one in another namespace, one in the job's namespace without the job's
 labels) can neither open a TCP connection to any replica's gRPC port nor create a
 TensorFlow session on a parameter server; both still read every replica's metrics port (so
-the network itself is open to them: what stops them is the policy). Then the protection is
-taken away on purpose (the policy patched to admit everyone): the same probes get through,
-a TensorFlow session included, which shows that the test can fail. Restored, the door
+the network itself is open to them: what stops them is the policy). The chief's TensorBoard
+(spec.tensorboard) admits the pod of the job's namespace and not the other. Then the
+protection is taken away on purpose (the policy patched to admit everyone): the same probes
+get through, a TensorFlow session and TensorBoard included, which shows that the test can
+fail. Restored, the door
 closes again; a policy deleted under a running job is created again by the operator and
 closes it too. The job trains to Succeeded through all of it.
 """
@@ -33,7 +35,7 @@ from tests.cluster.test_nodes import IMAGE, SLEEPER
 JOB = "guarded"
 SELECTOR = f"syncreplicas.io/job-name={JOB}"
 POLICY = f"{JOB}-grpc"
-GRPC, METRICS = 2222, 9090
+GRPC, METRICS, BOARD = 2222, 9090, 6006
 # How long kube-router may take to program a change of pods or policies (it resyncs on
 # every change; a full resync every 30 s).
 ENFORCED_WITHIN = 45
@@ -86,6 +88,7 @@ def job_manifest(shared: Path) -> dict[str, Any]:
     }]}  # fmt: skip
     job["spec"]["template"] = {"spec": {"containers": [container], "volumes": [volume],
                                         "affinity": {"podAntiAffinity": apart}}}  # fmt: skip
+    job["spec"]["tensorboard"] = {"port": BOARD}
     return dict(job)
 
 
@@ -165,6 +168,18 @@ def all_refused(guarded: dict[str, Any]) -> dict[str, Any] | None:
     return None if any(r == "open" for s in seen for r in s.values()) else {"seen": seen}
 
 
+def board_seen(guarded: dict[str, Any]) -> dict[str, str]:
+    """Each probe's connection to the chief's TensorBoard: {probe's namespace: result}."""
+    target = f"{guarded['pods']['chief-0']['status']['podIP']}:{BOARD}"
+    return {ns: tcp((ns, pod), [target])[target] for ns, pod in guarded["probes"]}
+
+
+def board_for_the_namespace_only(guarded: dict[str, Any]) -> dict[str, str] | None:
+    seen = board_seen(guarded)
+    inside, outside = seen[guarded["namespace"]], seen[guarded["other"]]
+    return seen if inside == "open" and outside != "open" else None
+
+
 def intruder_gets_in(guarded: dict[str, Any]) -> dict[str, str] | None:
     seen = tcp(guarded["probes"][0], targets(guarded, GRPC))
     return seen if all(r == "open" for r in seen.values()) else None
@@ -186,6 +201,9 @@ def test_only_the_jobs_own_pods_reach_its_grpc_ports(guarded: dict[str, Any]) ->
     with ThreadPoolExecutor(2) as pool:
         sessions = list(pool.map(lambda p: tf_session(p, ps), guarded["probes"]))
     assert all("devices" not in s for s in sessions), sessions
+    # TensorBoard: the job's namespace reaches it (once it listens), the other does not.
+    kube.eventually("TensorBoard open to the job's namespace only",
+                    lambda: board_for_the_namespace_only(guarded), 90)  # fmt: skip
 
     # The protection taken away on purpose: the same intruder gets in, a session included.
     open_all = [{"op": "add", "path": "/spec/ingress/-", "value": {}}]
@@ -195,11 +213,14 @@ def test_only_the_jobs_own_pods_reach_its_grpc_ports(guarded: dict[str, Any]) ->
                     ENFORCED_WITHIN)  # fmt: skip
     session = tf_session(guarded["probes"][0], ps)
     assert session.get("devices"), session
+    assert set(board_seen(guarded).values()) == {"open"}
 
     # Restored: closed again.
     kube.kubectl("patch", "networkpolicy", POLICY, "-n", namespace, "--type=json",
-                 "-p", json.dumps([{"op": "remove", "path": "/spec/ingress/2"}]))  # fmt: skip
+                 "-p", json.dumps([{"op": "remove", "path": "/spec/ingress/3"}]))  # fmt: skip
     kube.eventually("closed again", lambda: all_refused(guarded), ENFORCED_WITHIN)
+    kube.eventually("TensorBoard closed to the other namespace again",
+                    lambda: board_for_the_namespace_only(guarded), ENFORCED_WITHIN)  # fmt: skip
 
     # Deleted under the running job: the operator creates it again, and it closes the door.
     uid = kube.kubectl_json("get", "networkpolicy", POLICY, "-n", namespace)["metadata"]["uid"]
