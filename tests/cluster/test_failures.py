@@ -2,7 +2,8 @@
 
 A job survives, one after another: a worker's process killed in its container (the
 kubelet restarts it in place), the chief's pod deleted (the operator replaces it; the
-backup replica keeps the global step moving meanwhile), the PS pod deleted (a new pod with
+backup replica keeps the global step moving meanwhile, and the chief's TensorBoard comes
+back with the new pod), the PS pod deleted (a new pod with
 a new address, found again by its name; the chief restores its snapshot). (The
 operator's own pod deleted, its node partitioned, an upgrade: test_operator_failover.py.) A job
 whose model does not import fails with the runtime's reason, without crash-looping. (A
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster import kube
+from tests.cluster import boardlib, kube
 from tests.cluster.slowjob import (
     DELAY_MS,
     delayed,
@@ -117,7 +118,9 @@ def advancing(namespace: str, pod_name: str, seconds: float = 3.0) -> bool:
 def test_a_job_survives_a_killed_worker_a_deleted_chief_and_ps(
         namespace: str, tmp_path: Path) -> None:  # fmt: skip
     shared = shared_dir(tmp_path)
-    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job(shared)))
+    manifest = job(shared, tensorboard={})
+    manifest["spec"]["training"]["summaryEverySteps"] = 10
+    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
     figures: dict[str, str] = {}
     try:
         kube.eventually("training passes step 25", lambda: step_of(namespace, f"{JOB}-worker-0")
@@ -149,6 +152,11 @@ def test_a_job_survives_a_killed_worker_a_deleted_chief_and_ps(
                                lambda: recovered(namespace, "chief-0", since), 120)
         assert last["cause"] == "Deleted" and last.get("stepsLost", 0) == 0, last
         assert step_of(namespace, f"{JOB}-chief-0") >= before
+        # TensorBoard came back with the new chief, behind the same Service, and shows
+        # what it writes (its summaries start at the step it rejoined at).
+        with boardlib.port_forward(namespace, f"{JOB}-tensorboard", 6006) as base:
+            steps = boardlib.loss_steps(base, timeout=120, at_least=1)
+        assert min(steps) >= before, (before, steps)
 
         # 3. The PS pod deleted: a new pod, a new address, the same name; the chief restores
         # its snapshot (at most snapshotEverySteps steps lost).
