@@ -15,7 +15,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 CLUSTER := hack/cluster
 RELEASE_NS := syncreplicas-system
 
-.PHONY: help venv tools prometheus chromium screenshots test test-fast test-local test-cluster lint demo bench crds chart clean \
+.PHONY: help venv tools prometheus chromium screenshots test test-fast test-local test-cluster lint docs demo bench crds chart clean \
 	cluster cluster-down cluster-binaries cluster-images
 
 help:
@@ -25,6 +25,7 @@ help:
 	@echo "make test-local   - every test but the cluster's (no cluster needed)"
 	@echo "make test-cluster [TESTS=...] - the cluster's tests (or those named) on a running cluster"
 	@echo "make lint   - ruff, mypy --strict on the pure modules, import contracts"
+	@echo "make docs   - the documentation site (MkDocs, strict) in reports/site"
 	@echo "make bench  - benchmarks (print tables; see bench/RESULTS.md)"
 	@echo "make crds   - generate the CRD (crds/ and the chart's copy) from the API types"
 	@echo "make chart  - helm lint --strict and helm template the chart"
@@ -119,7 +120,7 @@ test:
 	@$(CLUSTER)/install-host.sh && $(MAKE) --no-print-directory prometheus chromium || exit 1; \
 	was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \
 	SYNCREPLICAS_KUEUE=1 SYNCREPLICAS_MONITORING=1 $(CLUSTER)/build-all.sh & built=$$!; \
-	$(MAKE) --no-print-directory venv tools lint; rc=$$?; \
+	$(MAKE) --no-print-directory venv tools lint docs; rc=$$?; \
 	wait $$built || rc=1; [ $$rc = 0 ] || exit $$rc; \
 	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 BUILT=1 || exit 1; \
 	mkdir -p reports; rm -f reports/junit-*.xml; \
@@ -173,6 +174,13 @@ bench: venv tools
 
 crds: venv
 	$(PY) hack/gencrd.py
+
+# The documentation site (mkdocs.yml), built strictly into reports/site; the API reference
+# page generated from the API types first.
+docs: venv
+	$(PY) hack/genapiref.py
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+	@echo "docs: reports/site/index.html"
 
 chart: tools
 	cmp crds/syncreplicasjobs.yaml charts/syncreplicas/crds/syncreplicasjobs.yaml
