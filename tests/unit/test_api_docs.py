@@ -1,5 +1,6 @@
-"""The README's field table and docs/contract.md's SYNCREPLICAS_JOB follow the API types:
-every field documented, no field that is not, and the defaults the types apply."""
+"""The field table of the site's "Writing a job" (docs/jobs.md) and docs/contract.md's
+SYNCREPLICAS_JOB follow the API types: every field documented, no field that is not, and
+the defaults the types apply."""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ def leaves(model: type[BaseModel], prefix: str) -> dict[str, FieldView]:
 
 
 def readme_rows() -> dict[str, str]:
-    """{field path: default cell} of the README's table of the resource."""
-    text = (ROOT / "README.md").read_text()
+    """{field path: default cell} of docs/jobs.md's table of the resource."""
+    text = (ROOT / "docs" / "jobs.md").read_text()
     table = text.split("| field | default | meaning |", 1)[1].split("\n\n", 1)[0]
     rows: dict[str, str] = {}
     for line in table.strip().splitlines()[1:]:

@@ -166,12 +166,13 @@ def test_render_refuses_a_sidecar_without_an_image(capsys: pytest.CaptureFixture
     assert f"{path}: spec.template.spec.containers[1].image: is required: " in captured.err
 
 
-def test_the_readme_template_example_renders() -> None:
-    """README's example template (model code from a ConfigMap, a PVC for checkpoints), on
-    top of the smallest job, is valid and gives the runtime's container both mounts."""
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(r"model's code from a ConfigMap.*?```yaml\n(.*?)```", readme, re.S)
-    assert block, "README: the template example is gone"
+def test_the_docs_template_example_renders() -> None:
+    """docs/jobs.md's example template (model code from a ConfigMap, a PVC for
+    checkpoints), on top of the smallest job, is valid and gives the runtime's container
+    both mounts."""
+    page = (ROOT / "docs" / "jobs.md").read_text()
+    block = re.search(r"model's code from a ConfigMap.*?```yaml\n(.*?)```", page, re.S)
+    assert block, "docs/jobs.md: the template example is gone"
     document = yaml.safe_load((FIXTURES / "minimal.yaml").read_text())
     example = yaml.safe_load(block.group(1))["spec"]
     document["spec"].update(example)
