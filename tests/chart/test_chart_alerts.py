@@ -81,13 +81,14 @@ def test_alerts_are_actionable(rule: dict[str, Any]) -> None:
     assert {"summary", "description"} <= set(rule["annotations"])
     if rule["alert"] in OPERATOR_ALERTS:
         # One alert per operator: its namespace named, the series grouped by it.
-        for text in rule["annotations"].values():
-            assert "$labels.namespace" in text
+        for key, text in rule["annotations"].items():
+            assert key == "runbook_url" or "$labels.namespace" in text
         assert "by (namespace)" in rule["expr"]
         return
-    # One alert per job: every annotation names the job and its namespace.
-    for text in rule["annotations"].values():
-        assert "$labels.syncreplicas_job" in text and "$labels.namespace" in text
+    # One alert per job: every annotation a person reads names the job and its namespace.
+    for key, text in rule["annotations"].items():
+        if key != "runbook_url":
+            assert "$labels.syncreplicas_job" in text and "$labels.namespace" in text
     assert "namespace, syncreplicas_job" in rule["expr"]
 
 
@@ -95,3 +96,32 @@ def test_chart_readme_documents_every_alert() -> None:
     readme = (ALERTS_FILE.parents[1] / "README.md").read_text()
     for name in alert_names(load_alert_groups()):
         assert f"`{name}`" in readme, f"{name} is missing from charts/syncreplicas/README.md"
+
+
+RUNBOOKS = ALERTS_FILE.parents[3] / "docs" / "runbooks.md"
+RUNBOOK_BASE = "https://github.com/syncreplicas/syncreplicas/blob/main/docs/runbooks.md"
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors of a page's headings, as GitHub and MkDocs both make them from a heading
+    of letters only (lower case)."""
+    return {line[3:].strip().lower() for line in markdown.splitlines() if line.startswith("## ")}
+
+
+def test_every_alert_links_its_section_of_the_runbooks() -> None:
+    anchors = heading_anchors(RUNBOOKS.read_text())
+    alerts = [r for r in rules() if "alert" in r]
+    for rule in alerts:
+        url = rule["annotations"].get("runbook_url", "")
+        assert url == f"{RUNBOOK_BASE}#{rule['alert'].lower()}", (rule["alert"], url)
+        assert url.rsplit("#", 1)[1] in anchors, f"docs/runbooks.md has no {rule['alert']}"
+    assert len(anchors) == len(alerts)  # and no section for an alert that is not there
+
+
+def test_runbook_base_url_points_the_links_elsewhere() -> None:
+    base = "https://wiki.example.org/ml/syncreplicas-runbooks"
+    rendered = one(render(sets=[f"monitoring.prometheusRule.runbookBaseURL={base}"],
+                          api_versions=[MONITORING_API]), "PrometheusRule")  # fmt: skip
+    urls = {r["alert"]: r["annotations"]["runbook_url"]
+            for g in rendered["spec"]["groups"] for r in g["rules"] if "alert" in r}  # fmt: skip
+    assert urls == {name: f"{base}#{name.lower()}" for name in alert_names(load_alert_groups())}
