@@ -178,7 +178,7 @@ crds: venv
 # The documentation site (mkdocs.yml), built strictly into reports/site; the API reference
 # page generated from the API types first.
 docs: venv
-	$(PY) hack/genapiref.py
+	$(PY) hack/gendocs.py
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 	@echo "docs: reports/site/index.html"
 
