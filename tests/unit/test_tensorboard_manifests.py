@@ -129,3 +129,15 @@ def test_syncreplicas_run_serves_it_on_the_jobs_port_unless_told_another(
 
     j = job(tensorboard=board) if board is not None else job()
     assert _board_port(asked, j) == port
+
+
+def test_no_spare_takes_over_a_chief_with_tensorboard() -> None:
+    from syncreplicas_operator.core import spares
+
+    # The sidecar is part of the chief's shape (a spare, built like a worker, has none);
+    # the other roles' shapes are those of a job without TensorBoard.
+    plain, board = job(), job(tensorboard={})
+    assert spares.shape(board, naming.CHIEF) != spares.shape(plain, naming.CHIEF)
+    assert spares.shape(board, naming.CHIEF) != spares.shape(board, naming.WORKER)
+    assert spares.shape(board, naming.WORKER) == spares.shape(plain, naming.WORKER)
+    assert spares.shape(board, naming.PS) == spares.shape(plain, naming.PS)
