@@ -85,9 +85,10 @@ def shown_step(card: dict[str, Any]) -> int | None:
 
 
 def loss_card(base: str, name: str, timeout: float = 120) -> dict[str, Any]:
-    """The Time Series page in Chromium until its ``loss`` card has drawn a line; that
-    card. The page is kept as reports/tensorboard/<name>.png (and with
-    SYNCREPLICAS_SCREENSHOTS=DIR as DIR/<name>.png)."""
+    """The Time Series page in Chromium until its ``loss`` card is drawn with data (a
+    line, and a step in its data table); that card. The page is kept as
+    reports/tensorboard/<name>.png (and with SYNCREPLICAS_SCREENSHOTS=DIR as
+    DIR/<name>.png)."""
     deadline = time.monotonic() + timeout
     cards: list[dict[str, Any]] = []
     with perseslib.chromium() as browser:
@@ -103,7 +104,10 @@ def loss_card(base: str, name: str, timeout: float = 120) -> dict[str, Any]:
         show_loss()
         while time.monotonic() < deadline:
             cards = browser.page.evaluate(_CARDS_JS)
-            card = next((c for c in cards if c["tag"] == "loss" and c["lines"]), None)
+            # Drawn with data: a line, and the data table's row of the run (a card still
+            # loading has its axes' paths and an empty table: seen in a loaded CI run).
+            card = next((c for c in cards if c["tag"] == "loss" and c["lines"]
+                         and shown_step(c) is not None), None)  # fmt: skip
             if card is not None:
                 time.sleep(2)  # the last animation frame, for the picture
                 path = REPORT / f"{name}.png"

@@ -22,7 +22,7 @@ import yaml
 from syncreplicas_api.schedules import LearningRateSchedule, rate_at
 
 from tests.cluster import boardlib, kube
-from tests.cluster.slowjob import paced_template, step_delay
+from tests.cluster.slowjob import delayed, lift_delay, paced_template, shared_dir
 from tests.runtime.rtutil import logged_rates
 
 JOB_NAME = "linear"
@@ -47,10 +47,12 @@ def linear_job(max_steps: int = 200, delay_ms: int = 0) -> dict[str, Any]:
     return dict(job)
 
 
-def users_job(namespace: str, max_steps: int, delay_ms: int = 0) -> dict[str, Any]:
+def users_job(namespace: str, max_steps: int, shared: Path) -> dict[str, Any]:
     """A job as a user coming from TFJob writes it: the main container named `tensorflow`
     with the model's code from a ConfigMap on PYTHONPATH, and the chief's checkpoints on a
-    PersistentVolumeClaim (README, "Pod templates"); ``delay_ms`` as for linear_job."""
+    PersistentVolumeClaim (docs/jobs.md, the template example); every step slowed by the
+    delay in ``shared`` (slowjob: it trains while the test looks, and lifting the delay
+    ends it soon)."""
     job = linear_job(max_steps)
     job["spec"]["model"] = {"entrypoint": "user_model:build"}
     # What a model author tunes: a warm-up, a cosine decay, Nesterov's momentum, clipped
@@ -62,14 +64,14 @@ def users_job(namespace: str, max_steps: int, delay_ms: int = 0) -> dict[str, An
         "export": {"keep": 2, "best": {"metric": "accuracy"}},
     })  # fmt: skip
     job["spec"]["tensorboard"] = {}
+    container, paced = delayed({
+        "name": "tensorflow",
+        "env": [{"name": "PYTHONPATH", "value": "/opt/model"}],
+        "volumeMounts": [{"name": "model", "mountPath": "/opt/model", "readOnly": True}],
+    }, shared)  # fmt: skip
     job["spec"]["template"] = {"spec": {
-        "containers": [{
-            "name": "tensorflow",
-            "env": [{"name": "PYTHONPATH", "value": "/opt/model"},
-                    *([step_delay(delay_ms)] if delay_ms else [])],
-            "volumeMounts": [{"name": "model", "mountPath": "/opt/model", "readOnly": True}],
-        }],
-        "volumes": [{"name": "model", "configMap": {"name": "user-model"}}],
+        "containers": [container],
+        "volumes": [{"name": "model", "configMap": {"name": "user-model"}}, paced],
     }}  # fmt: skip
     job["spec"]["chief"] = {"template": {"spec": {
         "containers": [{
@@ -144,22 +146,24 @@ def srj(namespace: str, name: str = JOB_NAME) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(900)
-def test_a_users_job_trains_to_max_steps_in_real_pods(namespace: str) -> None:
+def test_a_users_job_trains_to_max_steps_in_real_pods(namespace: str, tmp_path: Path) -> None:
     volume = provide_storage(namespace)
     write_pretrained(volume / PRETRAINED)
+    # Slow steps (at most about 4 updates/s) while the test looks into its pods, its
+    # progress and its TensorBoard, however long a loaded machine makes that (TensorBoard
+    # lives as long as the chief trains); then the delay is lifted and it ends soon.
+    shared = shared_dir(tmp_path, delay_ms=250)
     try:
-        # Slow enough steps that it still trains while the test looks into its pods and the
-        # operator reads the step often enough for a rate (every 15 s; 600 steps at 100 ms:
-        # at least 60 s), few enough that it costs little CPU.
-        apply(namespace, users_job(namespace, max_steps=600, delay_ms=100))
-        _watch_training(namespace, volume)
+        apply(namespace, users_job(namespace, max_steps=600, shared=shared))
+        _watch_training(namespace, volume, shared)
     except AssertionError as error:
         raise AssertionError(f"{error}\n{kube.describe(namespace, 'srj', JOB_NAME)}") from error
     finally:
+        lift_delay(shared)
         kube.kubectl("delete", "pv", f"{namespace}-checkpoints", "--wait=false", check=False)
 
 
-def _watch_training(namespace: str, volume: Path) -> None:
+def _watch_training(namespace: str, volume: Path, shared: Path) -> None:
     # The operator creates every child; the pods run and reach each other by name.
     def children() -> bool:
         names = {p["metadata"]["name"] for p in kube.pods(namespace, f"{LABEL}={JOB_NAME}")}
@@ -227,6 +231,7 @@ def _watch_training(namespace: str, volume: Path) -> None:
         ).stdout.strip()  # fmt: skip
         assert resolved in pod_ips, (address, resolved, pod_ips)
 
+    lift_delay(shared)  # everything that needs it training is seen: the rest at full speed
     kube.kubectl("wait", "-n", namespace, f"srj/{JOB_NAME}", "--for=condition=Succeeded",
                  "--timeout=300s", timeout=320)  # fmt: skip
     job = srj(namespace)
