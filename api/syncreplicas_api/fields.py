@@ -121,6 +121,18 @@ class Rule(Generic[Node]):
         return out
 
 
+def port_is_not(reserved: int, owner: str, what: str) -> Rule[Any]:
+    """The rule of an object with a ``port`` field (``owner``: its path, e.g. ``metrics``)
+    that it must not be ``reserved`` (``what`` names that port, e.g. "the gRPC port"). It
+    reads ``self.port`` with has(): the API server checks a default ``{}`` as written."""
+
+    def check(node: Any) -> list[tuple[str, str]]:
+        return [("port", f"must differ from {what} {reserved}")] if node.port == reserved else []
+
+    return Rule(f"!has(self.port) || self.port != {reserved}",
+                f"{owner}.port must differ from {what} {reserved}", check)  # fmt: skip
+
+
 def only_with(field: str, attribute: str, selector: str, values: Sequence[str],
               where: str) -> Rule[Any]:
     """A field (``field`` in the manifest, ``attribute`` in Python) that only some values of

@@ -16,27 +16,15 @@ from typing import Annotated, Final
 from pydantic import Field
 
 from . import resource
-from .fields import ApiModel, Immutable, Int32, Rule
+from .fields import ApiModel, Immutable, Int32, port_is_not
 
 PORT: Final = 6006
-
-
-def _port_is_not_grpc(board: TensorBoard) -> list[tuple[str, str]]:
-    if board.port == resource.TF_PORT:
-        return [("port", f"must differ from the gRPC port {resource.TF_PORT}")]
-    return []
 
 
 class TensorBoard(ApiModel):
     """``spec.tensorboard``: TensorBoard in the chief's pod, on the chief's summaries."""
 
-    cel_rules = (
-        Rule(
-            f"!has(self.port) || self.port != {resource.TF_PORT}",
-            f"tensorboard.port must differ from the gRPC port {resource.TF_PORT}",
-            _port_is_not_grpc,
-        ),
-    )
+    cel_rules = (port_is_not(resource.TF_PORT, "tensorboard", "the gRPC port"),)
     port: Annotated[Int32, Immutable()] = Field(
         PORT,
         ge=1,

@@ -26,6 +26,7 @@ from .fields import (
     Rule,
     Str,
     TransitionRule,
+    port_is_not,
 )
 from .schedules import LearningRateSchedule
 from .templates import (
@@ -208,23 +209,10 @@ class TrainingSpec(ApiModel):
     )
 
 
-def _port_is_not_grpc(metrics: MetricsSpec) -> list[tuple[str, str]]:
-    if metrics.port == resource.TF_PORT:
-        return [("port", f"must differ from the gRPC port {resource.TF_PORT}")]
-    return []
-
-
 class MetricsSpec(ApiModel):
     """``spec.metrics``: the runtime's HTTP endpoint."""
 
-    # The rule reads self.port with has(): the API server checks the default `{}` as written.
-    cel_rules = (
-        Rule(
-            f"!has(self.port) || self.port != {resource.TF_PORT}",
-            f"metrics.port must differ from the gRPC port {resource.TF_PORT}",
-            _port_is_not_grpc,
-        ),
-    )
+    cel_rules = (port_is_not(resource.TF_PORT, "metrics", "the gRPC port"),)
     port: Int32 = Field(
         9090,
         ge=0,
