@@ -6,9 +6,7 @@ addresses of pods being deleted out of DNS.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 from .. import manifests, naming, tensorboard
 from ..actions import (
@@ -131,25 +129,20 @@ def _create_services(ctx: PlanContext, per_replica: bool) -> int:
     """The Services not observed: the job's, or with ``per_replica`` each replica's, then
     TensorBoard's (spec.tensorboard); how many."""
     job = ctx.job
-    wanted: list[tuple[str, Callable[[], dict[str, Any]]]] = []
+    observed = ctx.observed.services
+    created = len(ctx.actions)
     if not per_replica:
-        wanted.append((naming.job_service_name(job.name), lambda: manifests.build_job_service(job)))
+        if naming.job_service_name(job.name) not in observed:
+            ctx.actions.append(CreateChild(manifests.build_job_service(job)))
     else:
         for replica_type, count in ctx.spec.replica_counts().items():
             for index in range(count):
-                wanted.append((
-                    naming.replica_name(job.name, replica_type, index),
-                    functools.partial(manifests.build_service, job, replica_type, index),
-                ))  # fmt: skip
-    if job.spec.tensorboard is not None:
-        wanted.append((tensorboard.service_name(job.name),
-                       lambda: manifests.build_tensorboard_service(job)))  # fmt: skip
-    created = 0
-    for name, build in wanted:
-        if name not in ctx.observed.services:
-            ctx.actions.append(CreateChild(build()))
-            created += 1
-    return created
+                if naming.replica_name(job.name, replica_type, index) not in observed:
+                    service = manifests.build_service(job, replica_type, index)
+                    ctx.actions.append(CreateChild(service))
+    if job.spec.tensorboard is not None and tensorboard.service_name(job.name) not in observed:
+        ctx.actions.append(CreateChild(manifests.build_tensorboard_service(job)))
+    return len(ctx.actions) - created
 
 
 def _create_pods(ctx: PlanContext, ps_up: bool, per_replica: bool) -> int:
