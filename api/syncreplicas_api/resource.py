@@ -18,6 +18,10 @@ SINGULAR: Final = "syncreplicasjob"
 SHORT_NAME: Final = "srj"
 CATEGORY: Final = "syncreplicas"
 CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+# spec.managedBy: this operator's own name, and Kueue's MultiKueue's (Kueue's
+# apis/kueue/v1beta2 MultiKueueControllerName).
+OPERATOR_MANAGER: Final = f"{GROUP}/operator"
+MULTIKUEUE_MANAGER: Final = "kueue.x-k8s.io/multikueue"
 
 PS: Final = "ps"
 CHIEF: Final = "chief"

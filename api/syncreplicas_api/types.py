@@ -54,6 +54,14 @@ JOB_NAME = GoPattern(
     resource.JOB_NAME_PATTERN, "lower-case letters, digits and '-', starting with a letter"
 )
 
+# spec.managedBy: a domain-prefixed path, as batch/v1 Job's managedBy.
+MAX_MANAGED_BY_LENGTH: Final = 63
+MANAGED_BY = GoPattern(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]"
+    r"([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+    "a domain-prefixed path, such as kueue.x-k8s.io/multikueue",
+)
+
 Entrypoint = Annotated[
     Str,
     ENTRYPOINT,
@@ -703,6 +711,15 @@ class JobSpec(ClusterShape):
         ),
     )
     model: ModelSpec = Field(description="The model every replica builds.")
+    managed_by: Annotated[Str, MANAGED_BY, Immutable()] | None = Field(
+        None,
+        max_length=MAX_MANAGED_BY_LENGTH,
+        description="The controller that runs the job: unset or "
+        f"{resource.OPERATOR_MANAGER} for this operator; {resource.MULTIKUEUE_MANAGER} "
+        "for Kueue's MultiKueue, which runs it on a worker cluster (the operator here "
+        "writes its Workload, nothing else); any other value: another controller's, left "
+        "alone. Immutable.",
+    )
     training: Annotated[TrainingSpec, Immutable()] = Field(
         default_factory=TrainingSpec,
         description="Optimizer, batch, steps and checkpoints. Immutable.",

@@ -7,6 +7,8 @@
 # tests share (every object kueue.x-k8s.io/v1beta2):
 #   ResourceFlavor default-flavor; ClusterQueue syncreplicas (all namespaces, cpu 4 and
 #   memory 8Gi of default-flavor, preemption of lower priorities within it);
+#   Topology racks (syncreplicas.io/rack, kubernetes.io/hostname), ResourceFlavor tas-flavor
+#   over it and ClusterQueue tas (all namespaces, cpu 4 and memory 8Gi of it);
 #   WorkloadPriorityClasses low (100) and high (1000).
 # Idempotent: on a cluster that has it every apply is a no-op. The manager reads its
 # Configuration at start only: its pod template carries the Configuration's and the image's
@@ -116,6 +118,43 @@ spec:
       - name: memory
         nominalQuota: 8Gi
 ---
+# Topology-aware scheduling: the nodes' racks (the kubelets register with
+# syncreplicas.io/rack, two nodes a rack, and syncreplicas.io/node-group=tas) and hosts,
+# a flavor over them, and its queue.
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Topology
+metadata:
+  name: racks
+spec:
+  levels:
+  - nodeLabel: syncreplicas.io/rack
+  - nodeLabel: kubernetes.io/hostname
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata:
+  name: tas-flavor
+spec:
+  nodeLabels:
+    syncreplicas.io/node-group: tas
+  topologyName: racks
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata:
+  name: tas
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory]
+    flavors:
+    - name: tas-flavor
+      resources:
+      - name: cpu
+        nominalQuota: "4"
+      - name: memory
+        nominalQuota: 8Gi
+---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: WorkloadPriorityClass
 metadata:
@@ -130,4 +169,4 @@ metadata:
 value: 1000
 description: "syncreplicas tests: high priority"
 EOF
-say "installed in $((SECONDS - t)) s ($image; ClusterQueue syncreplicas, WorkloadPriorityClasses low, high)"
+say "installed in $((SECONDS - t)) s ($image; ClusterQueues syncreplicas and tas, WorkloadPriorityClasses low, high)"

@@ -265,6 +265,8 @@ GOOD = [
     pytest.param(with_value(minimal, "spec.metrics.port", 0), id="metrics-off"),
     pytest.param(with_value(minimal, "spec.tensorboard", {}), id="tensorboard"),
     pytest.param(with_value(minimal, "spec.tensorboard", {"port": 8080}), id="tensorboard-port"),
+    pytest.param(with_value(minimal, "spec.managedBy", "kueue.x-k8s.io/multikueue"),
+                 id="managed-by-multikueue"),
     pytest.param(with_value(minimal, "spec.training.learningRate", 1), id="integer-rate"),
     pytest.param(with_value(minimal, "spec.stallTimeoutSeconds", 0), id="stall-off"),
     pytest.param(
@@ -455,6 +457,9 @@ BAD = [
     ("spec.tensorboard.port", 9090, "spec.tensorboard.port"),  # metrics.port's default
     ("spec.tensorboard.port", 0, "spec.tensorboard.port"),
     ("spec.tensorboard", "yes", "spec.tensorboard"),
+    ("spec.managedBy", "multikueue", "spec.managedBy"),
+    ("spec.managedBy", "Kueue.x-k8s.io/multikueue", "spec.managedBy"),
+    ("spec.managedBy", "example.com/" + "c" * 60, "spec.managedBy"),
     ("spec.metrics.port", 70000, "spec.metrics.port"),
     ("spec.metrics.port", -1, "spec.metrics.port"),
     ("spec.image", "", "spec.image"),

@@ -73,6 +73,13 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 NODE_DAEMONS = ("containerd", "kubelet", "kube-proxy", "kube-router")
 
 
+# Node labels the kubelet registers with (node.py): its rack, and the node group that
+# Kueue's ResourceFlavor tas-flavor selects (a flavor with a topology names some label).
+RACK_LABEL = "syncreplicas.io/rack"
+NODE_GROUP_LABEL = "syncreplicas.io/node-group"
+NODE_GROUP = "tas"
+
+
 @dataclass(frozen=True)
 class Node:
     """One node: a network namespace with its own containerd, kubelet, kube-proxy and
@@ -83,6 +90,12 @@ class Node:
     @property
     def name(self) -> str:
         return f"syncreplicas-node-{self.index}"
+
+    @property
+    def rack(self) -> str:
+        """Its value of RACK_LABEL: two nodes a rack, in node order (rack-1: nodes 1 and 2),
+        the level Kueue's Topology ``racks`` groups nodes by (install-kueue.sh)."""
+        return f"rack-{(self.index + 1) // 2}"
 
     @property
     def netns(self) -> str:

@@ -21,7 +21,10 @@ from .config import (
     CONTROL_PLANE_IP,
     KUBE_ROUTER,
     NODE_DAEMONS,
+    NODE_GROUP,
+    NODE_GROUP_LABEL,
     PKI,
+    RACK_LABEL,
     SERVICE_CIDR,
     VERSIONS,
     Node,
@@ -217,6 +220,7 @@ def start_agents(node: Node) -> None:
         "--root-dir", node.dir / "kubelet",
         "--hostname-override", node.name,
         "--node-ip", node.ip,
+        "--node-labels", f"{RACK_LABEL}={node.rack},{NODE_GROUP_LABEL}={NODE_GROUP}",
         "--v", "1",
     ], netns=node.netns, cgroup=node.cgroup)  # fmt: skip
     start(node.daemon("kube-proxy"),

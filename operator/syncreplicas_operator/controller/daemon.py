@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-from ..core import manifests, naming
+from ..core import managed, manifests, naming
 from ..core.actions import WARNING, CreateChild, DeletePodGroup, PatchStatus
 from ..core.kueue import ObservedWorkload, waiting_in
 from ..core.plan.pipeline import plan_job
@@ -41,7 +41,7 @@ from ..core.timefmt import format_time
 from ..resources import k8s
 from ..resources.metrics import OperatorMetrics
 from ..resources.nodewatch import NodeWatch
-from . import queueing, replicametrics
+from . import elsewhere, queueing, replicametrics
 from .apply import apply_plan
 from .expectations import Expectations
 from .invalid import plan_invalid_job, refused_update_message
@@ -127,6 +127,7 @@ class JobState:
     refused: str = ""  # the last refused update reported as an Event (reported once)
     # Whether this loop created the job's PodDisruptionBudget (None: not known).
     disruption_budget: bool | None = None
+    announced: bool = False  # a job another controller runs: its Event was posted
 
 
 STATES: dict[JobKey, JobState] = {}
@@ -243,6 +244,15 @@ async def reconcile(
         state.job, state.refused = job, ""
 
     key = (namespace, name)
+    if not managed.runs_here(job):  # another controller's (core/managed.py)
+        try:
+            state.announced = await elsewhere.run_pass(
+                api(), metrics(), raw, job, indexes.workloads.get(key, ()), state.expectations,
+                announce=not state.announced)  # fmt: skip
+        except k8s.ApiError as exc:
+            await report_write_failure(raw, state, exc)
+            return WRITE_RETRY_SECONDS
+        return None
     pods = list(indexes.pods.get(key, ()))
     services = set(indexes.services.get(key, ()))
     waiting = list(indexes.spares.get(key, ()))
@@ -468,14 +478,8 @@ async def report_refused(raw: Mapping[str, Any], state: JobState, problems: list
     meta = raw["metadata"]
     log.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
     with contextlib.suppress(k8s.ApiError):
-        await asyncio.to_thread(
-            api().post_event,
-            meta["namespace"],
-            raw,
-            WARNING,
-            naming.REASON_SPEC_CHANGE_REFUSED,
-            message,
-        )
+        await asyncio.to_thread(api().post_event, meta["namespace"], raw, WARNING,
+                                naming.REASON_SPEC_CHANGE_REFUSED, message)  # fmt: skip
 
 
 async def report_invalid(
@@ -488,12 +492,6 @@ async def report_invalid(
     meta = raw["metadata"]
     client = api()
     await asyncio.to_thread(client.patch_status, meta["namespace"], meta["name"], plan.status_patch)
-    await asyncio.to_thread(
-        client.post_event,
-        meta["namespace"],
-        raw,
-        WARNING,
-        naming.REASON_INVALID_SPEC,
-        plan.message,
-    )
+    await asyncio.to_thread(client.post_event, meta["namespace"], raw, WARNING,
+                            naming.REASON_INVALID_SPEC, plan.message)  # fmt: skip
     metrics().set_phase(meta["namespace"], meta["name"], naming.PHASE_FAILED)

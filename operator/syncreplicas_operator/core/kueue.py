@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Final
 
-from . import manifests, naming, podtemplate
+from . import kueuetas, manifests, naming, podtemplate
 from .spec import Job
 from .status import condition_is_true, find_condition
 
@@ -42,6 +42,8 @@ PRIORITY_CLASS_PLURAL: Final = "workloadpriorityclasses"
 # On the job (set by its user), as on Kueue's built-in kinds.
 QUEUE_NAME_LABEL: Final = f"{GROUP}/queue-name"
 PRIORITY_CLASS_LABEL: Final = f"{GROUP}/priority-class"
+# On a worker cluster's copy of a job that MultiKueue dispatched: its Workload's name.
+PREBUILT_WORKLOAD_LABEL: Final = f"{GROUP}/prebuilt-workload-name"
 # On the Workload, as Kueue's job framework sets it.
 JOB_UID_LABEL: Final = f"{GROUP}/job-uid"
 # On the Workload: a hash of its pod sets' templates (templates_hash).
@@ -114,8 +116,18 @@ def priority_class(job: Job) -> str | None:
     return job.labels.get(PRIORITY_CLASS_LABEL) or None
 
 
+def prebuilt_workload(job: Job) -> str | None:
+    """The Workload MultiKueue made for the job on this (worker) cluster, named by its copy
+    of the job (the label PREBUILT_WORKLOAD_LABEL): the job runs under it, none is made."""
+    return job.labels.get(PREBUILT_WORKLOAD_LABEL) or None
+
+
 def workload_name(job: Job) -> str:
-    """Kueue's naming of a job's Workload: ``<kind>-<name>-<5 hex of the job's identity>``."""
+    """Kueue's naming of a job's Workload: ``<kind>-<name>-<5 hex of the job's identity>``;
+    a prebuilt one's name where MultiKueue made it."""
+    prebuilt = prebuilt_workload(job)
+    if prebuilt is not None:
+        return prebuilt
     identity = f"{naming.KIND}\n{naming.GROUP}\n{job.name}\n{job.uid or ''}"
     digest = hashlib.sha1(identity.encode(), usedforsecurity=False).hexdigest()[:5]
     return f"{naming.KIND.lower()}-{job.name}"[:247] + f"-{digest}"
@@ -138,14 +150,35 @@ def pod_sets(job: Job, *, default_image: str = manifests.DEFAULT_IMAGE) -> list[
         spec = copy.deepcopy(pod["spec"])
         for container in spec.get("containers") or []:
             container.pop("env", None)
-        sets.append({"name": role, "count": count, "template": {"spec": spec}})
+        podset: dict[str, Any] = {"name": role, "count": count, "template": {"spec": spec}}
+        request = kueuetas.topology_request(_role_annotations(job, role))
+        if request is not None:
+            podset["topologyRequest"] = request
+        sets.append(podset)
     return sets
 
 
+def _role_annotations(job: Job, role: str) -> Mapping[str, Any]:
+    metadata = manifests.role_template(job.spec, role).get("metadata") or {}
+    return metadata.get("annotations") or {}
+
+
+def topology_conflict(job: Job) -> str | None:
+    """Why a role's topology annotations make no request Kueue takes, or None."""
+    for role in counts(job):
+        said = kueuetas.conflict(role, _role_annotations(job, role))
+        if said:
+            return said
+    return None
+
+
 def templates_hash(sets: Sequence[Mapping[str, Any]]) -> str:
-    """A hash of the pod sets' names and templates (not their counts)."""
-    text = json.dumps([(s["name"], s["template"]) for s in sets], sort_keys=True,
-                      separators=(",", ":"))  # fmt: skip
+    """A hash of the pod sets' names, templates and topology requests (not their counts)."""
+    text = json.dumps(
+        [(s["name"], s["template"], *((s["topologyRequest"],) if "topologyRequest" in s else ()))
+         for s in sets],
+        sort_keys=True, separators=(",", ":"),
+    )  # fmt: skip
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -256,13 +289,18 @@ def flavors_of(workload: ObservedWorkload) -> frozenset[str]:
 
 def admitted_job(job: Job, workload: ObservedWorkload, flavors: Mapping[str, Flavor]) -> Job:
     """The job with each role's template asking for its admitted flavors' node labels and
-    tolerations (what Kueue's job framework injects on start). A flavor not in
-    ``flavors`` adds nothing."""
+    tolerations (what Kueue's job framework injects on start), and gated for Kueue's
+    topology ungater where the role was admitted by TAS (core/kueuetas.py). A flavor not
+    in ``flavors`` adds nothing."""
     roles = dict(job.spec.role_templates)
     for assignment in (workload.admission or {}).get("podSetAssignments") or []:
         role = str(assignment.get("name"))
         if role not in naming.REPLICA_TYPES:
             continue
+        if kueuetas.assigned_by_tas(assignment):
+            asked = kueuetas.topology_request(_role_annotations(job, role)) is not None
+            gated = kueuetas.gated_template(workload.name, role, asked)
+            roles[role] = podtemplate.merge_templates(roles.get(role, {}), gated)
         selector: dict[str, str] = {}
         tolerations: list[Mapping[str, Any]] = []
         for name in sorted(set((assignment.get("flavors") or {}).values())):

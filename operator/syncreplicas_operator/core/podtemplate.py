@@ -51,6 +51,7 @@ _MERGE_KEYS: Final = {
     "ports": "name",
     "volumeMounts": "mountPath",
     "imagePullSecrets": "name",
+    "schedulingGates": "name",
 }
 
 Template = dict[str, Any]

@@ -94,6 +94,8 @@ class JobSpec:
     elastic_policy: api.ElasticPolicy | None = None
     # None: no TensorBoard beside the chief.
     tensorboard: api.TensorBoard | None = None
+    # None: this operator runs the job (core/managed.py).
+    managed_by: str | None = None
 
     @classmethod
     def from_api(cls, spec: api.JobSpec, manifest: Mapping[str, Any]) -> JobSpec:
@@ -120,6 +122,7 @@ class JobSpec:
             stall_timeout_seconds=spec.stall_timeout_seconds,
             elastic_policy=spec.elastic_policy,
             tensorboard=spec.tensorboard,
+            managed_by=spec.managed_by,
         )
 
     @property

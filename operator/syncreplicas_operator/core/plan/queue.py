@@ -57,8 +57,13 @@ def admit(ctx: PlanContext) -> bool:
         _release_if_stopped(ctx)
         return False
     if workload is None:
-        if ctx.observed.priority_problem:
-            _held(ctx, ctx.observed.priority_problem, warn=True)
+        prebuilt = kueue.prebuilt_workload(ctx.job)
+        if prebuilt is not None:
+            _held(ctx, f"waiting for Workload {prebuilt}, which MultiKueue makes for the job")
+            return True
+        problem = ctx.observed.priority_problem or kueue.topology_conflict(ctx.job)
+        if problem:
+            _held(ctx, problem, warn=True)
             return True
         body = kueue.build_workload(ctx.job, queue, priority=ctx.observed.priority,
                                     default_image=ctx.inputs.default_image)  # fmt: skip
