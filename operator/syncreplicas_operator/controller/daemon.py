@@ -246,12 +246,13 @@ async def reconcile(
     key = (namespace, name)
     if not managed.runs_here(job):  # another controller's (core/managed.py)
         try:
-            state.announced = await elsewhere.run_pass(
+            await elsewhere.run_pass(
                 api(), metrics(), raw, job, indexes.workloads.get(key, ()), state.expectations,
                 announce=not state.announced)  # fmt: skip
         except k8s.ApiError as exc:
             await report_write_failure(raw, state, exc)
             return WRITE_RETRY_SECONDS
+        state.announced = True
         return None
     pods = list(indexes.pods.get(key, ()))
     services = set(indexes.services.get(key, ()))

@@ -27,10 +27,9 @@ async def run_pass(
     expectations: Expectations,
     *,
     announce: bool,
-) -> bool:
+) -> None:
     """Post the job's ManagedElsewhere Event when ``announce``, write a MultiKueue job's
-    Workload; True once the Event is posted (k8s.ApiError: a write the API refused)."""
+    Workload (k8s.ApiError: a write the API refused)."""
     fields = await queueing.observe(client, SETTINGS.kueue, job, workloads)
     plan = managed.plan_elsewhere(job, fields, announce=announce, default_image=SETTINGS.image)
     await asyncio.to_thread(apply_plan, client, counters, raw, plan, expectations)
-    return True
