@@ -122,7 +122,8 @@ test:
 	SYNCREPLICAS_KUEUE=1 SYNCREPLICAS_MONITORING=1 $(CLUSTER)/build-all.sh & built=$$!; \
 	$(MAKE) --no-print-directory venv tools lint docs; rc=$$?; \
 	wait $$built || rc=1; [ $$rc = 0 ] || exit $$rc; \
-	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 BUILT=1 || exit 1; \
+	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
+		BUILT=1 || exit 1; \
 	mkdir -p reports; rm -f reports/junit-*.xml; \
 	python3 hack/suite/cpusample.py start reports; \
 	nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml >$(LOCAL_TESTS_LOG) 2>&1 & \
@@ -196,7 +197,10 @@ chart: tools
 # to N kubemark hollow nodes (unset: left as they are, none on a new cluster); KUEUE=1 also
 # builds and installs Kueue (install-kueue.sh); MONITORING=1 the Prometheus Operator, a
 # Prometheus that reads the chart's monitors and rules, and Perses with the chart's
-# dashboard (install-monitoring.sh). BUILT=1: build-all.sh has just run (make test).
+# dashboard (install-monitoring.sh); MULTIKUEUE=1 (with KUEUE=1) a second cluster beside it,
+# MultiKueue's worker, to which Kueue here dispatches jobs of ClusterQueue multikueue
+# (install-multikueue.sh; its kubeconfig .cluster/worker/kubeconfig; `make cluster-down`
+# stops both). BUILT=1: build-all.sh has just run (make test).
 CLUSTER_ENV := $(if $(filter 1,$(KUEUE)),SYNCREPLICAS_KUEUE=1) \
 	$(if $(filter 1,$(MONITORING)),SYNCREPLICAS_MONITORING=1)
 cluster: tools
@@ -206,9 +210,12 @@ cluster: tools
 		$(if $(HOLLOW_NODES),--hollow $(HOLLOW_NODES))
 	$(CLUSTER_ENV) $(CLUSTER)/images.sh
 	$(if $(filter 1,$(MONITORING)),$(CLUSTER)/install-monitoring.sh)
+	$(if $(filter 1,$(MULTIKUEUE)),$(if $(filter 1,$(KUEUE)),,$(error MULTIKUEUE=1 needs KUEUE=1)))
 	$(CLUSTER)/install-chart.sh $(if $(filter 1,$(KUEUE)),--set kueue.enabled=true) \
+		$(if $(filter 1,$(MULTIKUEUE)),--set kueue.multiKueue=true) \
 		$(if $(filter 1,$(MONITORING)),-f $(CLUSTER)/monitoring/chart-values.yaml)
 	$(if $(filter 1,$(KUEUE)),$(CLUSTER)/install-kueue.sh)
+	$(if $(filter 1,$(MULTIKUEUE)),$(CLUSTER)/install-multikueue.sh)
 	@echo
 	@echo "The cluster is up. Next:"
 	@echo "  export KUBECONFIG=$(CURDIR)/.cluster/kubeconfig PATH=$(CURDIR)/$(TOOLS):\$$PATH"

@@ -14,12 +14,16 @@ range routed to it from everywhere (clusterlib/config.py has the picture).
     cluster.py hollow H         converge a running cluster to H hollow nodes (kubemark's
                                 kubelet, fake runtime; 0 removes them; clusterlib/hollow.py)
     cluster.py down             stop it and remove every process, mount, rule, interface,
-                                namespace and cgroup
+                                namespace and cgroup (the manager's: MultiKueue's worker
+                                cluster's first, when one runs)
     cluster.py status           say what runs
     cluster.py is-up            exit 0 when it runs and every node is Ready
     cluster.py leftovers        list what a stopped cluster left behind (exit 1 if anything)
     cluster.py nodes            the nodes (hollow ones too), one line each
     cluster.py sockets          each node's containerd socket (images.sh loads into each)
+    cluster.py credentials USER a kubeconfig for USER (a client certificate of this
+                                cluster's CA, everything inline), written next to the
+                                others; prints its path (RBAC is the caller's)
     cluster.py node NAME FAULT  crash | partition | heal | start | drain | uncordon |
                                 preempt [--grace S] (clusterlib/faults.py)
 
@@ -27,6 +31,9 @@ Binaries come from build-binaries.sh (cached under ~/.cache/syncreplicas); image
 images.sh. Run state (certificates, etcd data, logs, each node's state) lives in one
 directory, /tmp/syncreplicas-cluster; only each node's containerd image store is kept
 between runs (in the cache) so that a second `up` does not import the images again.
+With SYNCREPLICAS_CLUSTER=worker every command works on MultiKueue's worker cluster
+instead, which runs beside this one on ranges of its own (clusterlib/config.py); the
+manager's `down` and `leftovers` cover it too.
 Standard library only: it runs with any Python 3.11.
 """
 
@@ -36,6 +43,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,9 +56,11 @@ from clusterlib.config import (  # noqa: F401  (the tests read these through thi
     APISERVER,
     BIN,
     CACHE,
+    CONTROL_PLANE,
     CONTROL_PLANE_IP,
     COREDNS,
     ETCD,
+    IS_MANAGER,
     KUBE_ROUTER,
     KUBECONFIG_LINK,
     RUN,
@@ -61,14 +71,13 @@ from clusterlib.config import (  # noqa: F401  (the tests read these through thi
     save_nodes,
     wanted_count,
 )
-from clusterlib.pki import issue_kube_router, kubeconfig, make_pki, write_kubeconfig
+from clusterlib.pki import issue, issue_kube_router, kubeconfig, make_pki, write_kubeconfig
 from clusterlib.procs import ClusterError, kubectl, log, running_pid
 from clusterlib.teardown import down, leftovers, remove_node
 
 CONTROL_PLANE_USERS = ("admin", "kube-controller-manager", "kube-scheduler", "kube-proxy",
                        "coredns", "kube-router")  # fmt: skip
-CONTROL_PLANE_PROCESSES = ("etcd", "kube-apiserver", "kube-controller-manager",
-                           "kube-scheduler", "kube-proxy", "coredns")  # fmt: skip
+CONTROL_PLANE_PROCESSES = CONTROL_PLANE
 
 
 def check_host() -> None:
@@ -111,6 +120,8 @@ def up(count: int, hollow_count: int | None = None) -> None:
     ``hollow_count`` hollow nodes (else the hollow nodes stay as they are)."""
     started = time.monotonic()
     check_host()
+    if hollow_count and not IS_MANAGER:
+        raise ClusterError("hollow nodes join the manager's cluster only")
     if hollow_count:
         hollow.check_built()
     wanted = [Node(i) for i in range(1, count + 1)]
@@ -127,7 +138,7 @@ def up(count: int, hollow_count: int | None = None) -> None:
     issue_kube_router()
     for user in CONTROL_PLANE_USERS:
         write_kubeconfig(kubeconfig(user), user)
-    KUBECONFIG_LINK.parent.mkdir(exist_ok=True)
+    KUBECONFIG_LINK.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(kubeconfig("admin"), KUBECONFIG_LINK)
     controlplane.write_configs()
     controlplane.start_control_plane()
@@ -145,6 +156,15 @@ def up(count: int, hollow_count: int | None = None) -> None:
     log(f"kubeconfig: {KUBECONFIG_LINK}")
     if hollow_count is not None:
         hollow.converge(hollow_count)
+
+
+def on_worker(*args: str) -> subprocess.CompletedProcess[str]:
+    """This script's ``args`` on MultiKueue's worker cluster (a process of its own:
+    config.py reads which cluster at import)."""
+    env = {k: v for k, v in os.environ.items() if k != "SYNCREPLICAS_CLUSTER_DIR"}
+    env["SYNCREPLICAS_CLUSTER"] = "worker"
+    return subprocess.run([sys.executable, __file__, *args], env=env, text=True,
+                          stdout=subprocess.PIPE, check=False)  # fmt: skip
 
 
 def converge_hollow(count: int) -> None:
@@ -177,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("hollow").add_argument("count", type=int)
     for name in ("down", "status", "is-up", "leftovers", "nodes", "sockets"):
         sub.add_parser(name)
+    sub.add_parser("credentials").add_argument("user")
     fault = sub.add_parser("node")
     fault.add_argument("name")
     fault.add_argument("fault", choices=sorted(faults.FAULTS))
@@ -189,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "hollow":
             converge_hollow(args.count)
         elif args.command == "down":
+            if IS_MANAGER:
+                worker = on_worker("down")
+                print(worker.stdout, end="")
+                if worker.returncode != 0:
+                    return 1
             down()
         elif args.command == "is-up":
             return 0 if is_up() else 1
@@ -199,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(node.name, json.dumps(faults.describe(node)))
             for member in hollow.current():
                 print(member.name, json.dumps(hollow.describe(member)))
+        elif args.command == "credentials":
+            if not args.user.replace("-", "").isalnum():
+                raise ValueError(f"a user name is letters, digits and '-': {args.user!r}")
+            issue(args.user, f"/CN={args.user}")
+            write_kubeconfig(kubeconfig(args.user), args.user, embed=True)
+            print(kubeconfig(args.user))
         elif args.command == "sockets":
             for node in current_nodes():
                 print(node.name, node.containerd_sock)
@@ -210,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                 faults.FAULTS[args.fault](target)
         else:
             found = leftovers()
+            if IS_MANAGER:
+                found += [f"worker: {line}" for line in on_worker("leftovers").stdout.splitlines()]
             for item in found:
                 print(item)
             return 1 if found else 0

@@ -31,6 +31,9 @@ from pathlib import Path
 # Processes by what they are: (component, a piece of the command line, or the comm).
 # The first that matches names it; lanes (by ancestry) come before these.
 COMPONENTS = (
+    # MultiKueue's worker cluster's own processes (its control plane and its node's
+    # daemons name its run directory; its pods count with their kind below).
+    ("MultiKueue worker cluster (control plane, node daemons)", "/tmp/syncreplicas-worker"),
     ("jobs' TensorFlow processes (pods)", "syncreplicas_runtime"),
     ("operator (2 replicas, pods)", "syncreplicas_operator"),
     ("operator (2 replicas, pods)", "syncreplicas operator"),

@@ -12,9 +12,11 @@ import pytest
 from syncreplicas_operator.core import kueue, naming
 from syncreplicas_operator.core.actions import (
     QUEUE_WAIT,
+    WARNING,
     CreateChild,
     DeletePod,
     DeleteWorkload,
+    EmitEvent,
     ObserveMetric,
     PatchWorkload,
 )
@@ -271,6 +273,17 @@ def test_a_job_that_outgrew_its_admission_is_queued_again_with_a_new_workload() 
     ctx = ctx_for(grown, wl=wl)
     admit(ctx)
     assert [a for a in ctx.actions if isinstance(a, DeleteWorkload)] == [DeleteWorkload(wl.name)]
+
+
+def test_a_copy_that_does_not_fit_multikueues_workload_is_held_and_the_workload_kept() -> None:
+    copy = replace(queued(workers=3), labels={kueue.QUEUE_NAME_LABEL: "lq",
+                                             kueue.PREBUILT_WORKLOAD_LABEL: ADMITTED.name})
+    ctx = ctx_for(copy, wl=ADMITTED)
+    assert admit(ctx) is True
+    assert "DeleteWorkload" not in kinds(ctx) and "CreateChild" not in kinds(ctx)
+    held = [c for c in ctx.status["conditions"] if c["type"] == naming.CONDITION_SUSPENDED]
+    assert held[0]["status"] == "True" and "manager cluster" in held[0]["message"], held
+    assert [e.type for e in ctx.actions if isinstance(e, EmitEvent)] == [WARNING]
 
 
 def test_the_users_suspend_deactivates_the_workload_and_resume_activates_it() -> None:

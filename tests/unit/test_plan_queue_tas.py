@@ -70,6 +70,16 @@ def test_the_annotations_become_the_pod_sets_topology_request() -> None:
     assert worker["topologyRequest"] == {"preferred": RACK}
 
 
+def test_parameter_servers_and_workers_asked_into_one_group_share_it() -> None:
+    asked = {"metadata": {"annotations": {kueuetas.REQUIRED: RACK,
+                                          kueuetas.GROUP_NAME: "ps-and-workers"}}}  # fmt: skip
+    job = queued(ps={"template": asked}, worker={"template": asked})
+    sets = {s["name"]: s for s in kueue.pod_sets(job, default_image="img")}
+    want = {"required": RACK, "podSetGroupName": "ps-and-workers"}
+    assert sets["ps"]["topologyRequest"] == want and sets["worker"]["topologyRequest"] == want
+    assert "topologyRequest" not in sets["chief"]
+
+
 def test_asking_for_a_topology_changes_the_templates_hash_and_asking_none_does_not() -> None:
     plain = queued()
     before = kueue.templates_hash(kueue.pod_sets(plain, default_image="img"))

@@ -2,7 +2,9 @@
 service-account keys, Node and RBAC authorization, an audit log of the operator),
 kube-controller-manager (the garbage collector and the node lifecycle controller at their
 defaults, as a managed cluster runs them), kube-scheduler, CoreDNS for cluster.local, and a
-kube-proxy so that the host (and the API server's webhooks) reach services."""
+kube-proxy so that the host (and the API server's webhooks) reach services. MultiKueue's
+worker cluster (config.py) runs no kube-proxy on the host: its API server calls webhooks
+at their endpoints' addresses, which the host routes to the nodes."""
 
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ from .config import (
     COREDNS,
     ETCD,
     ETCD_CLIENT,
+    ETCD_METRICS,
     ETCD_PEER,
     PKI,
+    PROFILE,
     RUN,
     SERVICE_CIDR,
 )  # fmt: skip
@@ -139,8 +143,9 @@ def kube_proxy_config(hostname: str, address: str) -> str:
 def write_configs() -> None:
     write_config(RUN / "Corefile", corefile())
     write_config(RUN / "audit-policy.yaml", AUDIT_POLICY)
-    proxy = kube_proxy_config(CONTROL_PLANE_NODE_NAME, CONTROL_PLANE_IP)
-    write_config(RUN / "kube-proxy.yaml", proxy)
+    if PROFILE.host_proxy:
+        proxy = kube_proxy_config(CONTROL_PLANE_NODE_NAME, CONTROL_PLANE_IP)
+        write_config(RUN / "kube-proxy.yaml", proxy)
 
 
 def start_control_plane() -> None:
@@ -149,10 +154,10 @@ def start_control_plane() -> None:
         "--listen-client-urls", ETCD_CLIENT, "--advertise-client-urls", ETCD_CLIENT,
         "--listen-peer-urls", ETCD_PEER, "--initial-advertise-peer-urls", ETCD_PEER,
         "--initial-cluster", f"syncreplicas={ETCD_PEER}",
-        "--listen-metrics-urls", "http://127.0.0.1:12381",
+        "--listen-metrics-urls", ETCD_METRICS,
         "--quota-backend-bytes", str(2 * 1024**3), "--log-level", "warn",
     ])  # fmt: skip
-    wait_for("etcd", lambda: http_ok("http://127.0.0.1:12381/health"), 60, "etcd")
+    wait_for("etcd", lambda: http_ok(f"{ETCD_METRICS}/health"), 60, "etcd")
     start("kube-apiserver", [
         BIN / "kube-apiserver",
         "--etcd-servers", ETCD_CLIENT,
@@ -182,6 +187,7 @@ def start_control_plane() -> None:
         "--audit-policy-file", RUN / "audit-policy.yaml",
         "--audit-log-path", RUN / "logs" / "audit.log",
         "--audit-log-format", "json", "--audit-log-maxsize", "200",
+        f"--enable-aggregator-routing={str(not PROFILE.host_proxy).lower()}",
         "--v", "1",
     ])  # fmt: skip
     wait_for("kube-apiserver", lambda: api_get("/readyz") == "ok", 120, "kube-apiserver")
@@ -190,7 +196,7 @@ def start_control_plane() -> None:
         "--kubeconfig", kubeconfig("kube-controller-manager"),
         "--authentication-kubeconfig", kubeconfig("kube-controller-manager"),
         "--authorization-kubeconfig", kubeconfig("kube-controller-manager"),
-        "--bind-address", "127.0.0.1",
+        "--bind-address", "127.0.0.1", "--secure-port", str(PROFILE.controller_manager_port),
         "--cluster-signing-cert-file", PKI / "ca.crt",
         "--cluster-signing-key-file", PKI / "ca.key",
         "--root-ca-file", PKI / "ca.crt",
@@ -206,11 +212,12 @@ def start_control_plane() -> None:
         "--kubeconfig", kubeconfig("kube-scheduler"),
         "--authentication-kubeconfig", kubeconfig("kube-scheduler"),
         "--authorization-kubeconfig", kubeconfig("kube-scheduler"),
-        "--bind-address", "127.0.0.1",
+        "--bind-address", "127.0.0.1", "--secure-port", str(PROFILE.scheduler_port),
         "--leader-elect=false",
         "--v", "1",
     ])  # fmt: skip
     kubectl("apply", "-f", "-", input=BOOTSTRAP_RBAC)
-    start("kube-proxy", [BIN / "kube-proxy", "--config", RUN / "kube-proxy.yaml", "--v", "1"])
+    if PROFILE.host_proxy:
+        start("kube-proxy", [BIN / "kube-proxy", "--config", RUN / "kube-proxy.yaml", "--v", "1"])
     start("coredns", [COREDNS, "-conf", RUN / "Corefile"])
 

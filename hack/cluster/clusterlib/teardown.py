@@ -18,9 +18,14 @@ from .config import (
     CGROUP_PREFIX,
     CHAIN_PREFIXES,
     CONTROL_PLANE,
+    IS_MANAGER,
     KUBECONFIG_LINK,
+    NETNS_PREFIX,
+    NODE_PREFIX,
+    PROFILE,
     RUN,
     SERVICE_CIDR,
+    VETH_PREFIX,
     Node,
     current_nodes,
 )  # fmt: skip
@@ -44,9 +49,14 @@ def remove_pods(healthy: list[Node]) -> None:
 
 
 def our_mounts() -> list[str]:
-    prefixes = (str(RUN) + "/", "/run/netns/cni-", "/var/run/netns/cni-", "/run/netns/srj-node-",
-                "/run/netns/srj-hollow-",
-                "/run/containerd/io.containerd", str(CACHE / "containerd") + "/")  # fmt: skip
+    """Mounts of this cluster. The pods' network namespaces (/run/netns/cni-*) and
+    containerd's shared run state are the manager's to sweep: MultiKueue's worker cluster
+    (config.py) stops before it, and cannot tell its own from the manager's."""
+    prefixes: tuple[str, ...] = (str(RUN) + "/", f"/run/netns/{NETNS_PREFIX}",
+                                 str(CACHE / "containerd" / NODE_PREFIX))  # fmt: skip
+    if IS_MANAGER:
+        prefixes += ("/run/netns/cni-", "/var/run/netns/cni-", "/run/netns/srj-hollow-",
+                     "/run/containerd/io.containerd", str(CACHE / "containerd") + "/")  # fmt: skip
     mounts = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         target = line.split()[4].replace("\\040", " ")
@@ -62,7 +72,7 @@ def in_node_cgroup(proc: Path) -> bool:
         text = (proc / "cgroup").read_text()
     except OSError:
         return False
-    return f"/{CGROUP_PREFIX}" in text or "/kubepods" in text
+    return f"/{CGROUP_PREFIX}" in text or (IS_MANAGER and "/kubepods" in text)
 
 
 def our_processes() -> list[tuple[int, str]]:
@@ -80,7 +90,10 @@ def our_processes() -> list[tuple[int, str]]:
         base = Path(exe.split(" ")[0]).name
         mentions_run = str(RUN).encode() in b" ".join(cmdline)
         ours = base in names or base.startswith("containerd-shim")
-        if exe.startswith(str(CACHE)) or (ours and mentions_run) or in_node_cgroup(proc):
+        # The worker cluster's binaries are the manager's too: its own mention its run
+        # directory, or run in its nodes' cgroups.
+        cached = exe.startswith(str(CACHE)) and (IS_MANAGER or mentions_run)
+        if cached or (ours and mentions_run) or in_node_cgroup(proc):
             found.append((int(proc.name), exe))
     return found
 
@@ -88,7 +101,8 @@ def our_processes() -> list[tuple[int, str]]:
 def our_cgroups() -> list[Path]:
     """The nodes' cgroup trees (and any kubelet's at the root), deepest first."""
     found: list[Path] = []
-    for pattern in (f"*/{CGROUP_PREFIX}*", "*/kubepods"):
+    patterns = (f"*/{CGROUP_PREFIX}*", "*/kubepods") if IS_MANAGER else (f"*/{CGROUP_PREFIX}*",)
+    for pattern in patterns:
         for top in Path("/sys/fs/cgroup").glob(pattern):
             found += [p for p in top.rglob("*") if p.is_dir()] + [top]
     return sorted(found, key=lambda p: len(p.parts), reverse=True)
@@ -107,9 +121,10 @@ def our_chains() -> list[str]:
 
 def our_interfaces() -> list[str]:
     names = []
+    prefixes = (VETH_PREFIX, "srjh") if IS_MANAGER else (VETH_PREFIX,)
     for line in run("ip", "-o", "link", "show").splitlines():
         name = line.split(":")[1].strip().split("@")[0]
-        if name == BRIDGE or name.startswith(("srjn", "srjh")) or (
+        if name == BRIDGE or name.startswith(prefixes) or (
             name.startswith("veth") and f"master {BRIDGE}" in line
         ):
             names.append(name)
@@ -117,12 +132,13 @@ def our_interfaces() -> list[str]:
 
 
 def our_netns() -> list[str]:
-    return sorted(p.name for p in Path("/run/netns").glob("srj-node-*")) + hollow.netns_names()
+    found = sorted(p.name for p in Path("/run/netns").glob(f"{NETNS_PREFIX}*"))
+    return found + hollow.netns_names() if IS_MANAGER else found
 
 
 def our_routes() -> list[str]:
     found = [line for line in run("ip", "route", "show").splitlines()
-             if line.startswith((SERVICE_CIDR, "10.244."))]  # fmt: skip
+             if line.startswith((SERVICE_CIDR, f"{PROFILE.pods}."))]  # fmt: skip
     return found
 
 
@@ -171,11 +187,11 @@ def down() -> None:
     if not RUN.exists() and not leftovers():
         log("not running")
         return
-    members = current_nodes() or [Node(i) for i in range(1, 51)
-                                  if Path(f"/run/netns/srj-node-{i}").exists()]  # fmt: skip
+    members = current_nodes() or [Node(i) for i in range(1, 51) if Node(i).netns_path.exists()]
     healthy = [n for n in members if nodes.daemons_running(n) and network.link_up(n)]
     remove_pods(healthy)
-    hollow.remove_all()
+    if IS_MANAGER:
+        hollow.remove_all()
     for node in members:
         remove_node(node, members)
     for name in ("coredns", "kube-proxy", "kube-controller-manager", "kube-scheduler",
@@ -185,12 +201,12 @@ def down() -> None:
     for pid, _ in our_processes():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    if (BIN / "kube-proxy").exists():
+    if PROFILE.host_proxy and (BIN / "kube-proxy").exists():
         run(BIN / "kube-proxy", "--cleanup", check=False)
     clean_iptables()
     for target in sorted(our_mounts(), key=len, reverse=True):
         run("umount", "-l", target, check=False)
-    for netns in Path("/run/netns").glob("cni-*"):
+    for netns in Path("/run/netns").glob("cni-*") if IS_MANAGER else ():
         netns.unlink(missing_ok=True)
     for name in our_netns():
         run("ip", "netns", "delete", name, check=False)
@@ -216,7 +232,8 @@ def leftovers() -> list[str]:
     found += [f"network namespace {n}" for n in our_netns()]
     found += [f"cgroup {c}" for c in our_cgroups()]
     found += [f"route {r}" for r in our_routes()]
-    found += [f"hollow node debris {p}" for p in hollow.strays()]
+    if IS_MANAGER:
+        found += [f"hollow node debris {p}" for p in hollow.strays()]
     if RUN.exists():
         found.append(f"directory {RUN}")
     return found

@@ -78,6 +78,13 @@ def admit(ctx: PlanContext) -> bool:
         ctx.actions.append(PatchWorkload(workload.name, {"spec": {"active": True}}))
     sets = kueue.pod_sets(ctx.job, default_image=ctx.inputs.default_image)
     templates = kueue.templates_hash(sets)
+    if not kueue.fits(workload, ctx.job, templates) and kueue.prebuilt_workload(ctx.job):
+        # MultiKueue's Workload is not this operator's to make again: the manager cluster's
+        # copy of the job is the one to change.
+        _held(ctx, f"the job does not fit Workload {workload.name}, which MultiKueue made for "
+              "it (its workers or templates differ): change the job on the manager cluster",
+              warn=True)  # fmt: skip
+        return True
     if not kueue.fits(workload, ctx.job, templates):
         why = (f"the job no longer fits Workload {workload.name} (its workers or templates "
                f"changed): queued again in {queue}")  # fmt: skip
