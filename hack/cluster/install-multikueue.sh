@@ -5,8 +5,9 @@
 # directory; clusterlib/config.py), with Kueue and the chart of its own. Then:
 #   worker   ClusterQueue multikueue (cpu 4, memory 8Gi of default-flavor); the user
 #            kueue-multikueue (a client certificate of the worker's CA), allowed what
-#            MultiKueue does there: create, watch and delete SyncReplicasJobs and Workloads,
-#            and write Workloads' status (ClusterRole syncreplicas-multikueue-worker);
+#            MultiKueue does there: create, watch and delete SyncReplicasJobs, batch Jobs
+#            and Workloads, and write Workloads' status (ClusterRole
+#            syncreplicas-multikueue-worker);
 #   manager  Secret kueue-system/worker-kubeconfig (that user's kubeconfig, inline), the
 #            MultiKueueCluster worker, MultiKueueConfig multikueue, AdmissionCheck
 #            multikueue, and ClusterQueue multikueue (cpu 4, memory 8Gi of default-flavor,
@@ -68,6 +69,14 @@ kind: ClusterRole
 metadata:
   name: syncreplicas-multikueue-worker
 rules:
+# MultiKueue watches the kind of every integration Kueue runs on the manager (batch/job
+# here) on each worker, as Kueue's create-multikueue-kubeconfig.sh grants.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [create, delete, get, list, watch]
+- apiGroups: [batch]
+  resources: [jobs/status]
+  verbs: [get]
 - apiGroups: [syncreplicas.io]
   resources: [syncreplicasjobs]
   verbs: [create, delete, get, list, watch]
