@@ -221,6 +221,9 @@ def down() -> None:
     network.restore_sysctls()
     shutil.rmtree(RUN, ignore_errors=True)
     KUBECONFIG_LINK.unlink(missing_ok=True)
+    if not IS_MANAGER:
+        with contextlib.suppress(OSError):
+            KUBECONFIG_LINK.parent.rmdir()  # .cluster/worker, when nothing else is in it
     log(f"down in {time.monotonic() - started:.0f} s")
 
 
