@@ -36,13 +36,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.cluster import kube, reads
-from tests.cluster.test_multikueue import KUEUE, QUEUE, WORKER, dispatched
+from tests.cluster.test_multikueue import KUEUE, QUEUE, WORKER, dispatched, on_worker
 
 POLL = 0.2
-
-
-def worker_kubectl(*args: str, input: str | None = None) -> None:
-    kube.kubectl("--kubeconfig", str(WORKER), *args, input=input)
 
 
 def get(config: Path, path: str) -> Any:
@@ -86,7 +82,7 @@ def start(way: str, namespace: str, name: str) -> dict[str, float]:
     manifest["spec"]["training"]["checkpointEverySteps"] = 100000
     if way == "direct":
         del manifest["spec"]["managedBy"]
-    apply: Callable[..., Any] = kube.kubectl if way == "dispatched" else worker_kubectl
+    apply: Callable[..., Any] = kube.kubectl if way == "dispatched" else on_worker
     began = time.monotonic()
     apply("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
     took: dict[str, float] = {}
@@ -112,7 +108,7 @@ def main() -> int:
     queue = {"apiVersion": KUEUE, "kind": "LocalQueue",
              "metadata": {"name": QUEUE, "namespace": namespace},
              "spec": {"clusterQueue": "multikueue"}}  # fmt: skip
-    for apply in (kube.kubectl, worker_kubectl):
+    for apply in (kube.kubectl, on_worker):
         apply("create", "namespace", namespace)
         apply("apply", "-f", "-", input=yaml.safe_dump(queue))
     results: dict[str, list[dict[str, float]]] = {"dispatched": [], "direct": []}
@@ -125,7 +121,7 @@ def main() -> int:
                 print(f"round {round_ + 1} {way:10s} "
                       + ", ".join(f"{k} {v:.1f} s" for k, v in took.items()), flush=True)
     finally:
-        for delete in (kube.kubectl, worker_kubectl):
+        for delete in (kube.kubectl, on_worker):
             try:
                 delete("delete", "namespace", namespace, "--wait=false")
             except (AssertionError, subprocess.SubprocessError) as error:

@@ -77,7 +77,6 @@ from clusterlib.teardown import down, leftovers, remove_node
 
 CONTROL_PLANE_USERS = ("admin", "kube-controller-manager", "kube-scheduler", "kube-proxy",
                        "coredns", "kube-router")  # fmt: skip
-CONTROL_PLANE_PROCESSES = CONTROL_PLANE
 
 
 def check_host() -> None:
@@ -97,7 +96,7 @@ def check_host() -> None:
 
 
 def control_plane_up() -> bool:
-    if any(running_pid(c) is None for c in CONTROL_PLANE_PROCESSES):
+    if any(running_pid(c) is None for c in CONTROL_PLANE):
         return False
     try:
         return controlplane.api_get("/readyz") == "ok"
@@ -181,7 +180,7 @@ def status() -> dict[str, object]:
         "apiserver": APISERVER,
         "kubeconfig": str(KUBECONFIG_LINK),
         "runDir": str(RUN),
-        "controlPlane": {c: running_pid(c) for c in CONTROL_PLANE_PROCESSES},
+        "controlPlane": {c: running_pid(c) for c in CONTROL_PLANE},
         "nodes": {n.name: faults.describe(n) for n in current_nodes()},
         "hollowNodes": {h.name: hollow.describe(h) for h in hollow.current()},
     }

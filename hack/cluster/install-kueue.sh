@@ -93,31 +93,19 @@ until err="$(echo "$probe" | "$kubectl" create --dry-run=server -f - 2>&1 >/dev/
 done
 
 # The tests' set-up ----------------------------------------------------------------------
-"$kubectl" apply --server-side --force-conflicts -f - >/dev/null <<'EOF'
+. "$here/kueue/clusterqueue.sh"
+{
+  cat <<'EOF'
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor
 metadata:
   name: default-flavor
 spec: {}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata:
-  name: syncreplicas
-spec:
-  namespaceSelector: {}
-  preemption:
-    withinClusterQueue: LowerPriority
-  resourceGroups:
-  - coveredResources: [cpu, memory]
-    flavors:
-    - name: default-flavor
-      resources:
-      - name: cpu
-        nominalQuota: "4"
-      - name: memory
-        nominalQuota: 8Gi
----
+EOF
+  echo ---
+  cluster_queue syncreplicas default-flavor
+  printf '  preemption:\n    withinClusterQueue: LowerPriority\n---\n'
+  cat <<'EOF'
 # Topology-aware scheduling: the nodes' racks (the kubelets register with
 # syncreplicas.io/rack, two nodes a rack, and syncreplicas.io/node-group=tas) and hosts,
 # a flavor over them, and its queue.
@@ -139,21 +127,9 @@ spec:
     syncreplicas.io/node-group: tas
   topologyName: racks
 ---
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata:
-  name: tas
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, memory]
-    flavors:
-    - name: tas-flavor
-      resources:
-      - name: cpu
-        nominalQuota: "4"
-      - name: memory
-        nominalQuota: 8Gi
+EOF
+  cluster_queue tas tas-flavor
+  cat <<'EOF'
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: WorkloadPriorityClass
@@ -169,4 +145,5 @@ metadata:
 value: 1000
 description: "syncreplicas tests: high priority"
 EOF
+} | "$kubectl" apply --server-side --force-conflicts -f - >/dev/null
 say "installed in $((SECONDS - t)) s ($image; ClusterQueues syncreplicas and tas, WorkloadPriorityClasses low, high)"

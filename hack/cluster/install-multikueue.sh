@@ -39,30 +39,9 @@ on_worker env SYNCREPLICAS_KUEUE=1 "$here/images.sh"
 on_worker "$here/install-chart.sh" --set kueue.enabled=true --set operator.replicas=1
 on_worker "$here/install-kueue.sh"
 
-queue() {  # queue [CHECK]: ClusterQueue multikueue, admitted through CHECK when given
-  cat <<EOF
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata:
-  name: multikueue
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, memory]
-    flavors:
-    - name: default-flavor
-      resources:
-      - name: cpu
-        nominalQuota: "4"
-      - name: memory
-        nominalQuota: 8Gi
-EOF
-  if [[ -n "${1:-}" ]]; then
-    printf '  admissionChecksStrategy:\n    admissionChecks:\n    - name: %s\n' "$1"
-  fi
-}
+. "$here/kueue/clusterqueue.sh"
 
-queue | worker apply --server-side --force-conflicts -f - >/dev/null
+cluster_queue multikueue default-flavor | worker apply --server-side --force-conflicts -f - >/dev/null
 worker apply --server-side --force-conflicts -f - >/dev/null <<'EOF'
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -140,7 +119,7 @@ spec:
     name: multikueue
 ---
 EOF
-  queue multikueue
+  cluster_queue multikueue default-flavor multikueue
 } | manager apply --server-side --force-conflicts -f - >/dev/null
 
 active() {  # active CLUSTER KIND NAME: its Active condition's status
