@@ -23,8 +23,8 @@ RECOVERY_CAUSES: Final[tuple[str, ...]] = get_args(RecoveryCause)
 class Condition(ApiModel):
     type: Str = Field(
         description="Created, Running, Restarting, Succeeded, Failed, Suspended, Stalled, "
-        "Degraded, StragglerDetected, Resizing or ReplicaFailure (the API server refused "
-        "a pod, with its message)."
+        "Degraded, StragglerDetected, Resizing, ReplicaFailure (the API server refused "
+        "a pod, with its message) or TopologyGated (pods still at Kueue's topology gate)."
     )
     status: Literal["True", "False", "Unknown"]
     reason: Str | None = Field(None, description="CamelCase reason for the last transition.")

@@ -195,7 +195,11 @@ def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: Clus
         assert "Degraded" in describe and "aggregating 1 of 2" in describe, describe
         kube.eventually("SyncReplicasDegraded fires", lambda: alert_state(
             prometheus, "SyncReplicasDegraded", namespace) == "firing", 120)  # fmt: skip
-        assert pod(namespace, "worker-0")["status"]["phase"] == "Pending"
+        # The replacement is made once the old pod is gone, and the scheduler finds no node.
+        kube.eventually("worker-0's replacement waits unscheduled", lambda: unscheduled(
+            namespace, "worker-0"), 60)  # fmt: skip
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{kube.describe(namespace, 'srj', JOB)}") from error
     finally:
         kube.kubectl("label", "node", *nodes, f"{hold}=yes", "--overwrite", check=False)
     try:
@@ -213,6 +217,13 @@ def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: Clus
         raise AssertionError(f"{error}\n{described}\n{prometheus.log()[-2000:]}") from error
     finally:
         kube.kubectl("label", "node", *nodes, f"{hold}-", check=False)
+
+
+def unscheduled(namespace: str, replica: str) -> bool:
+    """The replica's pod exists, Pending, with the scheduler's PodScheduled False."""
+    found = pod(namespace, replica)
+    scheduled = kube.condition(found, "PodScheduled") or {}
+    return found["status"]["phase"] == "Pending" and scheduled.get("status") == "False"
 
 
 def uid(namespace: str, replica: str) -> str:

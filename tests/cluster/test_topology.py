@@ -62,26 +62,32 @@ def running_workers(namespace: str, name: str) -> list[dict[str, Any]] | None:
     return running if len(running) == WORKERS else None
 
 
-@pytest.mark.timeout(420)
-def test_a_job_asking_for_one_rack_gets_all_its_workers_in_one_rack(namespace: str) -> None:
-    by_node = racks()
-    assert len(set(by_node.values())) >= 2, f"the cluster's nodes have no two racks: {by_node}"
+def local_queue(namespace: str) -> None:
+    """The namespace's LocalQueue lq-tas, of the ClusterQueue tas."""
     kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(
         {"apiVersion": KUEUE, "kind": "LocalQueue",
          "metadata": {"name": "lq-tas", "namespace": namespace},
          "spec": {"clusterQueue": "tas"}}))  # fmt: skip
+
+
+def admitted(namespace: str) -> dict[str, Any] | None:
+    """The namespace's Workload once Kueue admitted it."""
+    found = kube.kubectl_json("get", "workloads.kueue.x-k8s.io", "-n", namespace)
+    for wl in found["items"]:
+        if (kube.condition(wl, "Admitted") or {}).get("status") == "True":
+            return dict(wl)
+    return None
+
+
+@pytest.mark.timeout(420)
+def test_a_job_asking_for_one_rack_gets_all_its_workers_in_one_rack(namespace: str) -> None:
+    by_node = racks()
+    assert len(set(by_node.values())) >= 2, f"the cluster's nodes have no two racks: {by_node}"
+    local_queue(namespace)
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(racked_job("racked")))
     try:
         # 1. The request on the Workload; admitted with a topology assignment.
-        def admitted() -> dict[str, Any] | None:
-            found = kube.kubectl_json("get", "workloads.kueue.x-k8s.io", "-n", namespace)
-            for wl in found["items"]:
-                if kube.condition(wl, "Admitted") and kube.condition(wl, "Admitted")[
-                        "status"] == "True":  # fmt: skip
-                    return dict(wl)
-            return None
-
-        wl = kube.eventually("the Workload admitted", admitted, 180)
+        wl = kube.eventually("the Workload admitted", lambda: admitted(namespace), 180)
         sets = {s["name"]: s for s in wl["spec"]["podSets"]}
         assert sets["worker"]["topologyRequest"] == {"required": RACK}, sets["worker"]
         assignment = {a["name"]: a for a in wl["status"]["admission"]["podSetAssignments"]}

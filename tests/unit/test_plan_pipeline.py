@@ -31,6 +31,7 @@ ALL_STEPS = [
     "report_progress",
     "report_recovery",
     "report_straggler",
+    "report_gated",
 ]
 FINISHED = {
     "conditions": [{"type": "Failed", "status": "True", "reason": "r", "message": "",
@@ -41,7 +42,7 @@ FINISHED = {
 @pytest.mark.parametrize(
     ("spec", "status", "changes", "last"),
     [
-        ({}, {}, {}, "report_straggler"),
+        ({}, {}, {}, "report_gated"),
         ({}, FINISHED, {}, "plan_finished"),
         ({"runPolicy": {"suspend": True}}, {}, {}, "plan_suspended"),
         ({"runPolicy": {"activeDeadlineSeconds": 1}}, {"startTime": "2025-12-31T00:00:00Z"},

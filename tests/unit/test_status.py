@@ -219,6 +219,11 @@ def test_is_stalled(
         ({"phase": "Running", "conditions": [
             {"type": "DisruptionTarget", "status": "False", "reason": "PreemptionByScheduler"}]},
          ""),
+        # Kueue's TAS failed a pod its ungater had pinned to a node that failed since.
+        ({"phase": "Failed", "conditions": [
+            {"type": "TerminatedByKueue", "status": "True", "reason": "UnschedulableOnAssignedNode",
+             "message": "Pod terminated by Kueue NodeController due to node taint"}]},
+         "UnschedulableOnAssignedNode: Pod terminated by Kueue NodeController due to node taint"),
         ({"phase": "Failed", "reason": "OOMKilled"}, ""),  # the replica's own failure
         ({"phase": "Failed"}, ""),
     ],

@@ -128,6 +128,7 @@ class JobState:
     # Whether this loop created the job's PodDisruptionBudget (None: not known).
     disruption_budget: bool | None = None
     announced: bool = False  # a job another controller runs: its Event was posted
+    warned: str = ""  # and why its Workload is not written, as last posted
 
 
 STATES: dict[JobKey, JobState] = {}
@@ -246,9 +247,9 @@ async def reconcile(
     key = (namespace, name)
     if not managed.runs_here(job):  # another controller's (core/managed.py)
         try:
-            await elsewhere.run_pass(
+            state.warned = await elsewhere.run_pass(
                 api(), metrics(), raw, job, indexes.workloads.get(key, ()), state.expectations,
-                announce=not state.announced)  # fmt: skip
+                announce=not state.announced, warned=state.warned)  # fmt: skip
         except k8s.ApiError as exc:
             await report_write_failure(raw, state, exc)
             return WRITE_RETRY_SECONDS

@@ -27,9 +27,13 @@ async def run_pass(
     expectations: Expectations,
     *,
     announce: bool,
-) -> None:
+    warned: str = "",
+) -> str:
     """Post the job's ManagedElsewhere Event when ``announce``, write a MultiKueue job's
-    Workload (k8s.ApiError: a write the API refused)."""
+    Workload, or say why it cannot be written unless ``warned`` said it already
+    (k8s.ApiError: a write the API refused); the problem said ("" when none)."""
     fields = await queueing.observe(client, SETTINGS.kueue, job, workloads)
-    plan = managed.plan_elsewhere(job, fields, announce=announce, default_image=SETTINGS.image)
+    plan = managed.plan_elsewhere(job, fields, announce=announce, default_image=SETTINGS.image,
+                                  warned=warned)  # fmt: skip
     await asyncio.to_thread(apply_plan, client, counters, raw, plan, expectations)
+    return managed.workload_problem(job, fields)

@@ -30,7 +30,7 @@ from . import kueuetas, manifests, naming, podtemplate
 from .spec import Job
 from .status import condition_is_true, find_condition
 
-GROUP: Final = "kueue.x-k8s.io"
+GROUP: Final = kueuetas.GROUP  # kueue.x-k8s.io: the one spelling, in kueuetas (imported here)
 VERSION: Final = "v1beta2"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 WORKLOAD_KIND: Final = "Workload"
@@ -170,6 +170,14 @@ def topology_conflict(job: Job) -> str | None:
         if said:
             return said
     return None
+
+
+def workload_problem(job: Job, priority_problem: str = "") -> str:
+    """Why the job's Workload cannot be written ("" if it can): its priority class label
+    names none (``priority_problem``, as controller/queueing read it), or a role's
+    topology annotations conflict. Both the operator's own jobs (plan/queue.py) and
+    MultiKueue's (managed.py) are held on it."""
+    return priority_problem or topology_conflict(job) or ""
 
 
 def templates_hash(sets: Sequence[Mapping[str, Any]]) -> str:

@@ -12,12 +12,13 @@ job is another controller's, left alone. Either way, one Event says so.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from syncreplicas_api.resource import MULTIKUEUE_MANAGER, OPERATOR_MANAGER
 
 from . import kueue
-from .actions import NORMAL, Action, CreateChild, EmitEvent
+from .actions import NORMAL, WARNING, Action, CreateChild, EmitEvent
 from .plan.context import Plan
 from .spec import Job
 
@@ -48,20 +49,40 @@ def announcement(job: Job) -> str:
             "only (kubectl get workloads)")  # fmt: skip
 
 
+def _owes_workload(job: Job, kueue_fields: Mapping[str, Any]) -> bool:
+    """A MultiKueue job in a queue, Kueue served, its Workload not there yet."""
+    return (manager(job) == MULTIKUEUE_MANAGER and kueue.queue_name(job) is not None
+            and bool(kueue_fields.get("kueue_served"))
+            and kueue_fields.get("workload") is None)  # fmt: skip
+
+
+def workload_problem(job: Job, kueue_fields: Mapping[str, Any]) -> str:
+    """Why a MultiKueue job's Workload is not written ("" if it is, or is not this
+    operator's to write): the same rules as for a job queued here (kueue.workload_problem)."""
+    if not _owes_workload(job, kueue_fields):
+        return ""
+    return kueue.workload_problem(job, str(kueue_fields.get("priority_problem") or ""))
+
+
 def plan_elsewhere(
-    job: Job, kueue_fields: dict[str, Any], *, announce: bool, default_image: str
-) -> Plan:
+    job: Job, kueue_fields: Mapping[str, Any], *, announce: bool, default_image: str,
+    warned: str = "",
+) -> Plan:  # fmt: skip
     """One pass for a job this operator does not run (``kueue_fields``: what
     controller/queueing observed): the Event when ``announce``, and a MultiKueue job's
     Workload once (the job owns it: deleting the job deletes it, and Kueue then the worker
-    cluster's copy). No status: the job's controller writes it (MultiKueue: the worker's)."""
+    cluster's copy). No status: the job's controller writes it (MultiKueue: the worker's).
+    A Workload that cannot be written (:func:`workload_problem`) is a Warning Event instead,
+    once for each problem (``warned``: the one last posted)."""
     actions: list[Action] = []
     if announce:
         actions.append(EmitEvent(NORMAL, REASON_MANAGED_ELSEWHERE, announcement(job)))
     queue = kueue.queue_name(job)
-    if (queue is not None and manager(job) == MULTIKUEUE_MANAGER
-            and kueue_fields.get("kueue_served") and kueue_fields.get("workload") is None
-            and not kueue_fields.get("priority_problem")):  # fmt: skip
+    problem = workload_problem(job, kueue_fields)
+    if problem and problem != warned:
+        actions.append(EmitEvent(WARNING, kueue.REASON_QUEUED, f"{problem}: no Workload is "
+                                 "written, so MultiKueue dispatches nothing"))  # fmt: skip
+    elif not problem and queue is not None and _owes_workload(job, kueue_fields):
         actions.append(CreateChild(kueue.build_workload(
             job, queue, priority=kueue_fields.get("priority"), default_image=default_image)))
     return Plan(actions=tuple(actions), status={})

@@ -166,6 +166,9 @@ CONDITION_RESIZING: Final = "Resizing"
 # template it finds invalid), as a ReplicaSet reports it; False again once every replica
 # has its pod.
 CONDITION_REPLICA_FAILURE: Final = "ReplicaFailure"
+# Pods of the job held by Kueue's topology gate (TAS) well past their creation: no node of
+# their pod set's topology assignment has room for them yet.
+CONDITION_TOPOLOGY_GATED: Final = "TopologyGated"
 CONDITION_TYPES: Final = (
     CONDITION_CREATED,
     CONDITION_RUNNING,
@@ -178,6 +181,7 @@ CONDITION_TYPES: Final = (
     CONDITION_STRAGGLER_DETECTED,
     CONDITION_RESIZING,
     CONDITION_REPLICA_FAILURE,
+    CONDITION_TOPOLOGY_GATED,
 )
 
 REASON_INVALID_SPEC: Final = "InvalidSpec"
@@ -229,6 +233,9 @@ REASON_RESIZED: Final = "Resized"
 REASON_SPEC_CHANGE_REFUSED: Final = "SpecChangeRefused"
 REASON_SPARE_ASSIGNED: Final = "SpareAssigned"
 REASON_SPARE_FAILED: Final = "SpareFailed"
+# TopologyGated: pods waiting at Kueue's topology gate; every pod past it again.
+REASON_WAITING_FOR_TOPOLOGY: Final = "WaitingForTopology"
+REASON_UNGATED: Final = "Ungated"
 
 # --- names --------------------------------------------------------------------------------
 

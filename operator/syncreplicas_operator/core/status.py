@@ -28,6 +28,9 @@ DISRUPTION_REASONS = ("Evicted", "Preempting", "Terminated", "NodeLost")
 # The pod condition Kubernetes adds before it deletes a pod on purpose (preemption, API
 # eviction, taint eviction, pod GC, kubelet termination).
 CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
+# The condition Kueue's TAS node controller adds when it fails a pod its ungater pinned to
+# a node that failed since (the pod never ran: Kueue moves the assignment to another node).
+CONDITION_TERMINATED_BY_KUEUE = "TerminatedByKueue"
 
 # The runtime's termination message (docs/contract.md): its exit line
 # (``syncreplicas: CONFIG (64): <reason>``), then ``key=value`` lines. The runtime writes it
@@ -137,6 +140,10 @@ class ObservedPod:
     published: bool = True
     # Its syncreplicas.io/incarnation annotation (0 when it has none).
     incarnation: int = 0
+    # spec.schedulingGates' names (Kueue's topology gate while TAS holds it) and
+    # metadata.creationTimestamp ("" if not known).
+    scheduling_gates: tuple[str, ...] = ()
+    created: str = ""
 
     @property
     def fenced(self) -> bool:
@@ -172,8 +179,10 @@ def disruption_of(pod_status: Mapping[str, Any]) -> str:
     kubelet termination) or a pod reason such as ``Evicted``: "<reason>: <message>".
     """
     for cond in pod_status.get("conditions") or []:
-        if cond.get("type") == CONDITION_DISRUPTION_TARGET and cond.get("status") == "True":
-            return _say(str(cond.get("reason") or CONDITION_DISRUPTION_TARGET), cond.get("message"))
+        kind = cond.get("type")
+        if kind in (CONDITION_DISRUPTION_TARGET, CONDITION_TERMINATED_BY_KUEUE) and cond.get(
+                "status") == "True":  # fmt: skip
+            return _say(str(cond.get("reason") or kind), cond.get("message"))
     reason = str(pod_status.get("reason") or "")
     if reason in DISRUPTION_REASONS:
         return _say(reason, pod_status.get("message"))
@@ -208,6 +217,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
             return None
         replica_type, index = parsed
     pod_status = pod.get("status") or {}
+    spec = pod.get("spec") or {}
     main = _main_container(pod_status.get("containerStatuses") or [])
     state = main.get("state") or {}
     last = main.get("lastState") or {}
@@ -240,9 +250,11 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod | None:
         exit_step=message.global_step,
         exports=message.exports,
         warm_restarts=max(message.process_restarts, last_message.process_restarts),
-        node_name=str((pod.get("spec") or {}).get("nodeName") or ""),
+        node_name=str(spec.get("nodeName") or ""),
         incarnation=_incarnation(meta.get("annotations") or {}),
         published=labels.get(naming.LABEL_PUBLISHED) == naming.PUBLISHED,
+        scheduling_gates=tuple(str(g.get("name") or "") for g in spec.get("schedulingGates", [])),
+        created=str(meta.get("creationTimestamp") or ""),
     )
 
 

@@ -45,7 +45,8 @@ def hold(
     release_pod_group(ctx)
     if ctx.condition(naming.CONDITION_SUSPENDED, True, reason, message):
         ctx.event(event_type, reason, f"{event}: deleted {deleted} pod(s)")
-    for other in (naming.CONDITION_RUNNING, naming.CONDITION_RESTARTING, naming.CONDITION_STALLED):
+    for other in (naming.CONDITION_RUNNING, naming.CONDITION_RESTARTING, naming.CONDITION_STALLED,
+                  naming.CONDITION_TOPOLOGY_GATED):  # fmt: skip
         ctx.condition(other, False, reason, "the job is suspended")
     # The deadline counts running time only: it starts again on resume.
     ctx.status.pop("startTime", None)
@@ -146,6 +147,7 @@ def finish(ctx: PlanContext, succeeded: bool, reason: str, message: str) -> None
         naming.CONDITION_DEGRADED,
         naming.CONDITION_STRAGGLER_DETECTED,
         naming.CONDITION_RESIZING,
+        naming.CONDITION_TOPOLOGY_GATED,
     ):
         ctx.condition(other, False, reason, message)
     ctx.status["completionTime"] = ctx.timestamp

@@ -13,6 +13,7 @@ from . import (
     chief,
     children,
     exits,
+    gates,
     lifecycle,
     nodes,
     progress,
@@ -46,6 +47,7 @@ STEPS: Final[tuple[Step, ...]] = (
     progress.report_progress,
     recoveries.report_recovery,
     stragglers.report_straggler,
+    gates.report_gated,
 )
 
 

@@ -61,7 +61,7 @@ def admit(ctx: PlanContext) -> bool:
         if prebuilt is not None:
             _held(ctx, f"waiting for Workload {prebuilt}, which MultiKueue makes for the job")
             return True
-        problem = ctx.observed.priority_problem or kueue.topology_conflict(ctx.job)
+        problem = kueue.workload_problem(ctx.job, ctx.observed.priority_problem)
         if problem:
             _held(ctx, problem, warn=True)
             return True
