@@ -20,20 +20,13 @@ import pytest
 import yaml
 
 from tests.cluster import kube
-from tests.cluster.jobwatch import RESTORE, node_ready, operator_nodes
+from tests.cluster.jobwatch import RESTORE, node_ready, operator_nodes, placement
 from tests.cluster.test_topology import admitted, local_queue, racked_job, racks, running_workers
 
 pytestmark = pytest.mark.exclusive  # it crashes a node
 
 JOB = "rack-loss"
 BACK_WITHIN = 300  # s: the Lease's 20 s, Kueue's node failure and new assignment, a start
-
-
-def placement(namespace: str) -> dict[str, str]:
-    """Pod name -> node, for the job's pods that are not going."""
-    return {p["metadata"]["name"]: str(p["spec"].get("nodeName") or "")
-            for p in kube.pods(namespace, f"syncreplicas.io/job-name={JOB}")
-            if not p["metadata"].get("deletionTimestamp")}  # fmt: skip
 
 
 def back_in_one_rack(namespace: str, lost: str, by_node: dict[str, str]) -> set[str] | None:
@@ -59,7 +52,7 @@ def test_a_rack_placed_job_that_loses_a_node_runs_all_its_workers_in_one_rack_ag
         # A node of the rack with a worker; the acting operator's last (its failover is
         # test_node_faults.py's), then as few of the job's other pods as may be.
         leader, _ = operator_nodes()
-        placed = placement(namespace)
+        placed = placement(namespace, JOB)
         on = {str(p["spec"]["nodeName"]) for p in workers}
         lost = min(on, key=lambda n: (n == leader, sum(1 for v in placed.values() if v == n), n))
         crashed = time.monotonic()

@@ -78,11 +78,12 @@ def plan_elsewhere(
     if announce:
         actions.append(EmitEvent(NORMAL, REASON_MANAGED_ELSEWHERE, announcement(job)))
     queue = kueue.queue_name(job)
-    problem = workload_problem(job, kueue_fields)
-    if problem and problem != warned:
-        actions.append(EmitEvent(WARNING, kueue.REASON_QUEUED, f"{problem}: no Workload is "
-                                 "written, so MultiKueue dispatches nothing"))  # fmt: skip
-    elif not problem and queue is not None and _owes_workload(job, kueue_fields):
-        actions.append(CreateChild(kueue.build_workload(
-            job, queue, priority=kueue_fields.get("priority"), default_image=default_image)))
+    if queue is not None and _owes_workload(job, kueue_fields):
+        problem = kueue.workload_problem(job, str(kueue_fields.get("priority_problem") or ""))
+        if not problem:
+            actions.append(CreateChild(kueue.build_workload(
+                job, queue, priority=kueue_fields.get("priority"), default_image=default_image)))
+        elif problem != warned:
+            actions.append(EmitEvent(WARNING, kueue.REASON_QUEUED, f"{problem}: no Workload "
+                                     "is written, so MultiKueue dispatches nothing"))  # fmt: skip
     return Plan(actions=tuple(actions), status={})
