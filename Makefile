@@ -39,7 +39,7 @@ help:
 	@echo "                    HOLLOW_NODES=N runs N kubemark hollow nodes beside them (0"
 	@echo "                    removes them; unset: left as they are, none on a new cluster)"
 	@echo "make cluster-down - stop it and remove everything it made"
-	@echo "make screenshots  - the README's pictures of the dashboard, from a real run"
+	@echo "make screenshots  - the docs' pictures of a job's dashboard and TensorBoard, from a real run"
 
 venv: $(VENV)/.installed
 
@@ -226,16 +226,14 @@ cluster: tools
 	$(if $(filter 1,$(MONITORING)),@echo "  Perses (the dashboard): http://$$($(TOOLS)/kubectl --kubeconfig .cluster/kubeconfig -n monitoring get pod -l app.kubernetes.io/name=perses -o jsonpath='{.items[0].status.podIP}'):8080/projects/syncreplicas/dashboards/syncreplicas-training from this host (elsewhere: kubectl -n monitoring port-forward svc/perses 8080)")
 	@echo "  make cluster-down    # stop it"
 
-# The README's pictures of the dashboard (docs/images/dashboard-*.png): Perses drawing it
-# in Chromium during a real run (tests/cluster/test_dashboard_browser.py), and of a job's
-# TensorBoard (docs/images/tensorboard.png, tests/cluster/test_job.py), on the cluster of
-# `make cluster MONITORING=1 KUEUE=1` (made when none runs).
+# The documentation's pictures (docs/images/dashboard-*.png, tensorboard.png and the
+# captions.txt they are quoted from): a user's job over several minutes, through a chief
+# loss, a resize and a PS loss, drawn by Perses and TensorBoard in Chromium
+# (hack/screenshots.py), on the cluster of `make cluster MONITORING=1 KUEUE=1` (made when
+# none runs). About 15 minutes.
 screenshots: venv tools
 	python3 $(CLUSTER)/cluster.py is-up || $(MAKE) --no-print-directory cluster KUEUE=1 MONITORING=1
-	SYNCREPLICAS_SCREENSHOTS=$(CURDIR)/docs/images SYNCREPLICAS_REQUIRE_CLUSTER=1 \
-		$(PY) -m pytest tests/cluster/test_dashboard_browser.py \
-		"tests/cluster/test_job.py::test_a_users_job_trains_to_max_steps_in_real_pods" \
-		--tb=short -q
+	SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) hack/screenshots.py
 	@ls -l docs/images/dashboard-*.png docs/images/tensorboard.png
 
 cluster-down:

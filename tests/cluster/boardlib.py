@@ -5,7 +5,6 @@ Series page in headless Chromium (perseslib's browser), read back card by card."
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -84,11 +83,11 @@ def shown_step(card: dict[str, Any]) -> int | None:
     return int(found[1]) if found else None
 
 
-def loss_card(base: str, name: str, timeout: float = 120) -> dict[str, Any]:
+def loss_card(base: str, name: str, timeout: float = 120,
+              images: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """The Time Series page in Chromium until its ``loss`` card is drawn with data (a
     line, and a step in its data table); that card. The page is kept as
-    reports/tensorboard/<name>.png (and with SYNCREPLICAS_SCREENSHOTS=DIR as
-    DIR/<name>.png)."""
+    reports/tensorboard/<name>.png (and as ``images``/<name>.png: `make screenshots`)."""
     deadline = time.monotonic() + timeout
     cards: list[dict[str, Any]] = []
     with perseslib.chromium() as browser:
@@ -112,9 +111,8 @@ def loss_card(base: str, name: str, timeout: float = 120) -> dict[str, Any]:
                 time.sleep(2)  # the last animation frame, for the picture
                 path = REPORT / f"{name}.png"
                 perseslib.screenshot(browser, path, show_loss, required=False)
-                pictures = os.environ.get("SYNCREPLICAS_SCREENSHOTS")
-                if pictures and path.exists():
-                    shutil.copy(path, Path(pictures) / path.name)
+                if images is not None and path.exists():
+                    shutil.copy(path, images / path.name)
                 return dict(card)
             time.sleep(2)
     raise AssertionError(f"no loss chart drawn in {timeout:.0f} s; cards: {cards}")

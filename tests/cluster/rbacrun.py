@@ -57,8 +57,12 @@ FAKE_NODE = f"srj-rbac-{RUN}"
 NODE_LEASE_GRACE = 12
 ACTIVE_DEADLINE = 4  # a life job fails (DeadlineExceeded) this long after it starts
 TTL = 2  # and is deleted this long after
-ELECTION = ["--leader-election-lease-duration=6", "--leader-election-renew-deadline=4",
-            "--leader-election-retry-period=1"]  # fmt: skip
+# Kubernetes' own defaults (15 s, 10 s, 2 s). With a 4 s renew deadline, forty operators
+# starting at once on two cores left the leases/patch case's leader no time to send one
+# renewal (its reads timed out) before it stopped: no 403 to show (CI, 2026-12-02).
+ELECTION = ["--leader-election-lease-duration=15", "--leader-election-renew-deadline=10",
+            "--leader-election-retry-period=2"]  # fmt: skip
+UNRENEWED: Grant = ("coordination.k8s.io", "leases", "patch")  # a leader's renewal
 POD_GROUPS = {"scheduling.x-k8s.io": ("v1alpha1", "Coscheduling"),
               "scheduling.volcano.sh": ("v1beta1", "Volcano")}  # fmt: skip
 # Children the repair scenario deletes under a running job; the operator makes them again.
@@ -404,6 +408,9 @@ class Run:
                 created(mine, r, since=repair.repaired_at) for r in REPAIRED),
             "watch": "done" in self.editor and len(watch.there(TEAM_A).now.get("Pod", ())) == 4
             and bool(watch.there(TEAM_C).now.get("Pod")),
+            # A leader that cannot renew stops past its renew deadline: wait for its exit.
+            "unrenewed": all(c.operator is not None and c.operator.exit_code() is not None
+                             for c in self.of("leader") if c.removed == UNRENEWED),
         }  # fmt: skip
         first = min((c.created for c in self.cases if c.created is not None), default=0.0)
         for name, ok in done.items():

@@ -9,9 +9,9 @@ an error, at each moment a user would look:
 3. after a resize (kubectl scale: 2 -> 3 workers);
 4. after the parameter server's pod is deleted (a new PS restored from its snapshot).
 
-Each moment's page is kept as a PNG under reports/dashboard/ (and, with
-SYNCREPLICAS_SCREENSHOTS=DIR, as DIR/dashboard-<moment>.png: `make screenshots` writes the
-README's pictures so). The same reading of a copy of the dashboard with one query broken
+Each moment's page is kept as a PNG under reports/dashboard/ (the documentation's
+pictures are `make screenshots`', hack/screenshots.py: a user's job over several
+minutes). The same reading of a copy of the dashboard with one query broken
 on purpose finds exactly that panel, in error, with Prometheus' message: the check can
 fail. The dashboard Perses serves is the one the chart ships (files/perses/), so the
 Grafana JSON stays the one source of both.
@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -88,10 +86,6 @@ class Viewer:
                 break
             time.sleep(10)
         perseslib.screenshot(self.browser, REPORT / f"{moment}.png", self.look, required=False)
-        pictures = os.environ.get("SYNCREPLICAS_SCREENSHOTS")
-        if pictures:
-            perseslib.screenshot(self.browser, Path(pictures) / f"dashboard-{moment}.png",
-                                 self.look)  # fmt: skip
         bad = perseslib.problems(found, self.expected)
         assert not bad, f"{moment}: panels not drawn with data:\n" + "\n".join(bad)
         for title, value in stats.items():

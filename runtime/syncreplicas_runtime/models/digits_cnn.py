@@ -2,7 +2,7 @@
 through tf.data (the runtime shards and positions it); reports held-out accuracy.
 
 Written as a user would write it: Keras layers called on graph tensors, a dataset of single
-examples, the loss as a function of the replica's batch (runtime/README.md, model contract).
+examples, the loss as a function of the replica's batch (docs/model.md).
 """
 
 from __future__ import annotations
