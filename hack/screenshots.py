@@ -1,7 +1,8 @@
 """The documentation's pictures of a job, taken as a user would see it: `make screenshots`.
 
-A user's job (examples/digits-cnn.yaml as shipped, in a namespace of its own with a Kueue
-queue, with one backup replica, elastic workers and TensorBoard) trains on the running test
+A user's job (examples/digits-cnn.yaml as shipped, in a namespace of its own, with one
+backup replica, elastic workers and TensorBoard; a small job of the same namespace in a
+Kueue queue beside it) trains on the running test
 cluster (`make cluster KUEUE=1 MONITORING=1`) for several minutes; then its chief pod is
 deleted, it is resized from 2 to 3 workers, and its parameter server pod is deleted, each
 after the last recovery has had a minute of training. After each moment Perses draws the
@@ -30,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.cluster import boardlib, kube, perseslib  # noqa: E402
 from tests.cluster.test_dashboard_browser import grafana_titles  # noqa: E402
-from tests.cluster.test_queues import namespace_queue  # noqa: E402
+from tests.cluster.test_queues import namespace_queue, queued_job  # noqa: E402
 
 NAMESPACE = "vision"
 JOB = "digits-cnn"
@@ -40,13 +41,20 @@ IMAGES = ROOT / "docs" / "images"
 def manifest() -> dict[str, Any]:
     """The shipped example, as a user would adapt it to run for a while and be resized."""
     job: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "digits-cnn.yaml").read_text())
-    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
     job["spec"].update({"workers": 2, "replicasToAggregate": 2, "parameterServers": 1,
                         "elasticPolicy": {"minWorkers": 1, "maxWorkers": 3},
                         "tensorboard": {}})  # fmt: skip
     job["spec"]["training"].update({"maxSteps": 1_000_000, "evalEverySteps": 200,
                                     "logEverySteps": 200, "snapshotEverySteps": 10})
     return job
+
+
+def sweep() -> dict[str, Any]:
+    """A small job of the same team in its Kueue queue, for the dashboard's queue row. (The
+    big job stays outside the queue: scaled up beyond its admission, Kueue would admit it
+    again at the new size, a stop and a start from its last checkpoint, which the default
+    emptyDir loses with the chief's pod.)"""
+    return queued_job("linear-sweep", None, None, 300)
 
 
 def status() -> dict[str, Any]:
@@ -116,13 +124,14 @@ class Run:
         kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(
             [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
              *namespace_queue(NAMESPACE, "8", "16Gi")]))  # fmt: skip
-        kube.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump(manifest()))
+        kube.kubectl("apply", "-n", NAMESPACE, "-f", "-",
+                     input=yaml.safe_dump_all([manifest(), sweep()]))  # fmt: skip
         self.started = time.time()
         trained = self.wait("the job trains", lambda: (status().get("globalStep") or 0) > 0, 600)
         print(f"training from {clock(trained)}", flush=True)
         time.sleep(max(0.0, self.minutes * 60 - self.since()))
-        self.picture("steady", f"{self.minutes:g} minutes of a 2-worker job (R=2 of 3 "
-                               f"replicas: one backup), training from {clock(trained)}.")
+        self.picture("steady", f"a 2-worker job (R=2 of 3 replicas: one backup), training "
+                               f"steadily since {clock(trained)}.")
         at, back = self.replace(f"{JOB}-chief-0", "chief-0")
         time.sleep(60)
         self.picture("chief-deleted", f"the chief's pod deleted at {clock(at)}; the backup "
@@ -137,16 +146,26 @@ class Run:
                   lambda: perseslib.series(self.base, up) > 0, 120)  # fmt: skip
         time.sleep(60)
         self.picture("resized", f"`kubectl scale srj/{JOB} --replicas=3` at {clock(at)}; the "
-                                f"third worker trained from {clock(back)} (4 replicas up).")
+                                f"operator reported 3 workers at {clock(back)}, Prometheus "
+                                f"scraped 4 training replicas after.")
         at, back = self.replace(f"{JOB}-ps-0", "ps-0")
         time.sleep(60)
         self.picture("ps-deleted", f"the parameter server's pod deleted at {clock(at)}; its "
                                    f"replacement restored the chief's latest snapshot and "
                                    f"the job trained again at {clock(back)}.")
+        self.write()
+
+    def tensorboard(self) -> None:
+        """The chief's TensorBoard (its own browser: one Playwright at a time)."""
         with boardlib.port_forward(NAMESPACE, f"{JOB}-tensorboard", 6006) as board:
             boardlib.loss_card(board, "tensorboard", images=IMAGES)
         self.captions.append(f"- `tensorboard.png` ({clock(self.since())} into the run): the "
-                             "chief's TensorBoard, port-forwarded from its Service.")
+                             "chief's TensorBoard, port-forwarded from its Service: the "
+                             "summaries since the chief's replacement (the old pod's went "
+                             "with its emptyDir).")
+        self.write()
+
+    def write(self) -> None:
         (IMAGES / "captions.txt").write_text(
             f"Job `{JOB}` in namespace `{NAMESPACE}` (examples/digits-cnn.yaml, 2 workers, "
             f"1 PS), one run of `make screenshots`, times from `kubectl apply`:\n\n"
@@ -162,7 +181,9 @@ def main() -> None:
                  timeout=150)  # fmt: skip
     try:
         with perseslib.chromium() as browser:
-            Run(browser, args.minutes).go()
+            run = Run(browser, args.minutes)
+            run.go()
+        run.tensorboard()
     finally:
         kube.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
         kube.kubectl("delete", "clusterqueue", f"cq-{NAMESPACE}", "--wait=false", check=False)

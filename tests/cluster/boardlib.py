@@ -79,8 +79,9 @@ def loss_steps(base: str, timeout: float, at_least: int = 3) -> list[int]:
 
 def shown_step(card: dict[str, Any]) -> int | None:
     """The step in the card's data table (the run ".": smoothed, value, step, relative)."""
-    found = re.search(r"Relative\s+\.\s+\S+\s+\S+\s+(\d+)\s", str(card["text"]))
-    return int(found[1]) if found else None
+    # TensorBoard writes steps past 999 with thousands separators ("16,600").
+    found = re.search(r"Relative\s+\.\s+\S+\s+\S+\s+(\d[\d,]*)\s", str(card["text"]))
+    return int(found[1].replace(",", "")) if found else None
 
 
 def loss_card(base: str, name: str, timeout: float = 120,
