@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.cluster import boardlib, kube, perseslib  # noqa: E402
 from tests.cluster.test_dashboard_browser import grafana_titles  # noqa: E402
+from tests.cluster.test_failures import recovered, status  # noqa: E402
 from tests.cluster.test_queues import namespace_queue, queued_job  # noqa: E402
 
 NAMESPACE = "vision"
@@ -55,10 +56,6 @@ def sweep() -> dict[str, Any]:
     again at the new size, a stop and a start from its last checkpoint, which the default
     emptyDir loses with the chief's pod.)"""
     return queued_job("linear-sweep", None, None, 300)
-
-
-def status() -> dict[str, Any]:
-    return dict(kube.kubectl_json("get", "srj", JOB, "-n", NAMESPACE).get("status", {}))
 
 
 def clock(seconds: float) -> str:
@@ -102,23 +99,15 @@ class Run:
         kube.eventually(what, ok, timeout, interval=1)
         return self.since()
 
-    def recovered(self, replica: str, since: str) -> float | None:
-        """When (into the run) ``replica`` was back, by ``status.lastRecovery``: the
-        recovery begun at ``since`` or later, once it is over."""
-        last = status().get("lastRecovery") or {}
-        if last.get("replica") != replica or last.get("startedAt", "") < since:
-            return None
-        back = last.get("recoveredAt")
-        return datetime.fromisoformat(back).timestamp() - self.started if back else None
-
     def replace(self, pod: str, replica: str) -> tuple[float, float]:
         """Delete ``pod``; when (into the run) it was deleted and its replica trained again."""
         at = time.time()
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at - 1))
         kube.kubectl("delete", "pod", pod, "-n", NAMESPACE, "--wait=false")
-        back = kube.eventually(f"{replica}'s recovery is recorded",
-                               lambda: self.recovered(replica, since), 300)  # fmt: skip
-        return at - self.started, back
+        last = kube.eventually(f"{replica}'s recovery is recorded",
+                               lambda: recovered(NAMESPACE, replica, since, JOB), 300)  # fmt: skip
+        back = datetime.fromisoformat(last["recoveredAt"]).timestamp()
+        return at - self.started, back - self.started
 
     def go(self) -> None:
         kube.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(
@@ -127,7 +116,8 @@ class Run:
         kube.kubectl("apply", "-n", NAMESPACE, "-f", "-",
                      input=yaml.safe_dump_all([manifest(), sweep()]))  # fmt: skip
         self.started = time.time()
-        trained = self.wait("the job trains", lambda: (status().get("globalStep") or 0) > 0, 600)
+        trained = self.wait("the job trains",
+                            lambda: (status(NAMESPACE, JOB).get("globalStep") or 0) > 0, 600)
         print(f"training from {clock(trained)}", flush=True)
         time.sleep(max(0.0, self.minutes * 60 - self.since()))
         self.picture("steady", f"a 2-worker job (R=2 of 3 replicas: one backup), training "
@@ -139,7 +129,7 @@ class Run:
                                       f"trained again at {clock(back)}.")
         at = self.since()
         kube.kubectl("scale", f"srj/{JOB}", "--replicas=3", "-n", NAMESPACE)
-        back = self.wait("3 workers train", lambda: status().get("workers") == 3, 300)
+        back = self.wait("3 workers train", lambda: status(NAMESPACE, JOB).get("workers") == 3, 300)
         up = (f'count(up{{namespace="{NAMESPACE}", syncreplicas_job="{JOB}", '
               'replica_type=~"chief|worker"} == 1) == 4')
         self.wait("Prometheus scrapes the chief and 3 workers",

@@ -395,8 +395,9 @@ class Run:
             self.lease_created = True
 
     def baselines_done(self) -> bool:
-        """Whether every full-grant case is through its scenario; when each got there is
-        kept in ``timings`` (seconds from the first job)."""
+        """Whether every full-grant case is through its scenario, and the leader that cannot
+        renew has stopped; when each got there is kept in ``timings`` (seconds from the
+        first job)."""
         repair = self.case("full-repair")
         mine = self.audit.of(repair.slug)
         watch = self.case("watch")

@@ -79,8 +79,8 @@ def step_of(namespace: str, pod: str) -> int:
     return int(value)
 
 
-def status(namespace: str) -> dict[str, Any]:
-    return dict(kube.kubectl_json("get", "srj", JOB, "-n", namespace).get("status", {}))
+def status(namespace: str, job: str = JOB) -> dict[str, Any]:
+    return dict(kube.kubectl_json("get", "srj", job, "-n", namespace).get("status", {}))
 
 
 def pod(namespace: str, name: str) -> dict[str, Any]:
@@ -94,9 +94,9 @@ def ready(namespace: str, name: str) -> bool:
     )
 
 
-def recovered(namespace: str, replica: str, since: str) -> dict[str, Any] | None:
+def recovered(namespace: str, replica: str, since: str, job: str = JOB) -> dict[str, Any] | None:
     """``status.lastRecovery`` of ``replica`` started at or after ``since``, once it ended."""
-    last = status(namespace).get("lastRecovery") or {}
+    last = status(namespace, job).get("lastRecovery") or {}
     if last.get("replica") == replica and last.get("startedAt", "") >= since and last.get(
         "recoveredAt"
     ):
