@@ -114,7 +114,8 @@ CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHA
 		--junitxml=reports/junit-cluster-shared.xml; rc=$$?; \
 	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml \
 		|| rc=1
-SLOWEST := python3 hack/suite/slowest.py local=reports/junit-local.xml \
+SLOWEST := python3 hack/suite/slowest.py --waits reports/cluster-waits.tsv \
+	local=reports/junit-local.xml \
 	cluster=reports/junit-cluster-shared.xml cluster=reports/junit-cluster-exclusive.xml
 test:
 	@$(CLUSTER)/install-host.sh && $(MAKE) --no-print-directory prometheus chromium || exit 1; \
@@ -124,7 +125,7 @@ test:
 	wait $$built || rc=1; [ $$rc = 0 ] || exit $$rc; \
 	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
 		BUILT=1 || exit 1; \
-	mkdir -p reports; rm -f reports/junit-*.xml; \
+	mkdir -p reports; rm -f reports/junit-*.xml reports/cluster-waits.tsv; \
 	python3 hack/suite/cpusample.py start reports; \
 	nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
@@ -148,13 +149,15 @@ test-local: venv tools
 
 test-cluster: venv tools
 	@python3 $(CLUSTER)/cluster.py is-up || { echo "no cluster: make cluster KUEUE=1 MONITORING=1"; exit 1; }
-	@mkdir -p reports; rm -f reports/junit-cluster-*.xml; \
+	@mkdir -p reports; rm -f reports/junit-cluster-*.xml reports/cluster-waits.tsv; \
 	if [ -n "$(TESTS)" ]; then \
 		$(PYTEST_CLUSTER) $(TESTS) --junitxml=reports/junit-cluster-chosen.xml; rc=$$?; \
-		python3 hack/suite/slowest.py cluster=reports/junit-cluster-chosen.xml; exit $$rc; \
+		python3 hack/suite/slowest.py --waits reports/cluster-waits.tsv \
+			cluster=reports/junit-cluster-chosen.xml; exit $$rc; \
 	fi; \
 	$(CLUSTER_TESTS); \
-	python3 hack/suite/slowest.py cluster=reports/junit-cluster-shared.xml \
+	python3 hack/suite/slowest.py --waits reports/cluster-waits.tsv \
+		cluster=reports/junit-cluster-shared.xml \
 		cluster=reports/junit-cluster-exclusive.xml; exit $$rc
 
 # Pure-code tests only: seconds, no processes.

@@ -14,7 +14,10 @@ from its command line, or from its ancestors: every process under the pytest of 
 cluster's tests is that lane's (by its command: kubectl, helm, Chromium, the rest), every
 one under the other pytest is the local lane's; a process that exited unseen is its
 parent's component (iptables under kube-router is kube-router's). The machine's own total
-(/proc/stat) is the check: what no process accounts for is shown as such.
+(/proc/stat) is the check: what no process accounts for is shown as such. The jobs'
+TensorFlow processes are also summed by the namespace their pod runs in (its
+SYNCREPLICAS_NAMESPACE; a cluster test's namespace is named after the test), so the table
+says which tests' jobs cost the most.
 """
 
 from __future__ import annotations
@@ -28,13 +31,14 @@ import sys
 import time
 from pathlib import Path
 
+TF_PODS = "jobs' TensorFlow processes (pods)"
 # Processes by what they are: (component, a piece of the command line, or the comm).
 # The first that matches names it; lanes (by ancestry) come before these.
 COMPONENTS = (
     # MultiKueue's worker cluster's own processes (its control plane and its node's
     # daemons name its run directory; its pods count with their kind below).
     ("MultiKueue worker cluster (control plane, node daemons)", "/tmp/syncreplicas-worker"),
-    ("jobs' TensorFlow processes (pods)", "syncreplicas_runtime"),
+    (TF_PODS, "syncreplicas_runtime"),
     ("operator (2 replicas, pods)", "syncreplicas_operator"),
     ("operator (2 replicas, pods)", "syncreplicas operator"),
     ("API server", "kube-apiserver"),
@@ -55,6 +59,8 @@ COMPONENTS = (
     ("Kueue", "/manager"),
     ("pause containers", "/pause"),
 )
+NAMESPACE_ENV = b"SYNCREPLICAS_NAMESPACE="
+TOP_NAMESPACES = 20
 LOCAL_LANE = "tests outside the cluster (pytest, local TensorFlow, kmock, chart)"
 CLUSTER_LANE = "cluster tests: "
 CLUSTER_TOOLS = {"kubectl": "kubectl", "helm": "helm", "chromium": "Chromium",
@@ -104,6 +110,21 @@ def read_proc(pid: str) -> dict[str, object] | None:
             "cpu": (int(fields[11]) + int(fields[12])) / TICK}  # fmt: skip
 
 
+def namespace_of(environ: bytes) -> str | None:
+    """SYNCREPLICAS_NAMESPACE of a NUL-separated environment (None: not there)."""
+    for item in environ.split(b"\0"):
+        if item.startswith(NAMESPACE_ENV):
+            return item[len(NAMESPACE_ENV):].decode(errors="replace")
+    return None
+
+
+def read_namespace(pid: int) -> str | None:
+    try:
+        return namespace_of((Path("/proc") / str(pid) / "environ").read_bytes())
+    except OSError:
+        return None
+
+
 def machine_cpu() -> float:
     """Busy CPU seconds of the machine since boot (all but idle and iowait)."""
     parts = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -131,9 +152,19 @@ class Book:
             if first:
                 self.baseline[pid] = float(found["cpu"])  # type: ignore[arg-type]
             if old is None or not old.get("cmdline"):
+                if "syncreplicas_runtime" in str(found["cmdline"]):
+                    found["namespace"] = read_namespace(pid)
                 self.seen[pid] = found
             else:
                 old["cpu"] = found["cpu"]
+
+    def namespace(self, pid: int, comm: str) -> str | None:
+        """The namespace a process seen under ``pid`` (with this ``comm``) ran in."""
+        info = self.seen.get(pid)
+        if info is None or (comm and not str(info["comm"]).startswith(comm[:15])):
+            return None  # unseen, or a pid reused since
+        found = info.get("namespace")
+        return str(found) if found else None
 
     def group(self, pid: int, comm: str = "", ppid: int = 0, depth: int = 0) -> str:
         """A process's component: by its lane ancestor, its names, else its parent's."""
@@ -206,14 +237,21 @@ def sample(out: Path) -> None:
     if accounting:
         set_acct(None)
     totals: dict[str, float] = {}
+    namespaces: dict[str, float] = {}
+
+    def add(name: str, cpu: float, pid: int, comm: str = "") -> None:
+        totals[name] = totals.get(name, 0.0) + cpu
+        namespace = book.namespace(pid, comm) if name == TF_PODS else None
+        if namespace:
+            namespaces[namespace] = namespaces.get(namespace, 0.0) + cpu
+
     alive = {int(p) for p in os.listdir("/proc") if p.isdigit()}
     counted: set[int] = set()
     for pid, ppid, cpu, comm in acct_records(acct):
         if pid in alive:
             continue  # a reused pid that lives again: counted below
         cpu -= book.baseline.pop(pid, 0.0)
-        name = book.group(pid, comm, ppid)
-        totals[name] = totals.get(name, 0.0) + max(cpu, 0.0)
+        add(book.group(pid, comm, ppid), max(cpu, 0.0), pid, comm)
         counted.add(pid)
     for pid in alive:
         found = read_proc(str(pid))
@@ -221,10 +259,10 @@ def sample(out: Path) -> None:
             continue
         old = book.seen.get(pid)
         base = book.baseline.get(pid, 0.0) if old and old["start"] == found["start"] else 0.0
-        name = book.group(pid)
-        totals[name] = totals.get(name, 0.0) + max(float(found["cpu"]) - base, 0.0)  # type: ignore[arg-type]
+        add(book.group(pid), max(float(found["cpu"]) - base, 0.0), pid)  # type: ignore[arg-type]
     result = {"seconds": time.time() - started, "machine": machine_cpu() - machine_at_start,
-              "accounting": accounting, "components": totals}  # fmt: skip
+              "accounting": accounting, "components": totals,
+              "namespaces": namespaces}  # fmt: skip
     (out / "cpu.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     (out / "cpu.txt").write_text(table(result))
     acct.unlink(missing_ok=True)
@@ -251,7 +289,24 @@ def table(result: dict[str, object]) -> str:
                  f"{rest / max(machine, 1):>6.1%}")  # fmt: skip
     if not result.get("accounting"):
         lines.append("(no process accounting here: processes that exited unseen are missing)")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + by_namespace(result.get("namespaces") or {})) + "\n"  # type: ignore[arg-type]
+
+
+def by_namespace(namespaces: dict[str, float]) -> list[str]:
+    """The top TOP_NAMESPACES of the jobs' TensorFlow CPU by namespace, and the rest."""
+    if not namespaces:
+        return []
+    rows = sorted(namespaces.items(), key=lambda kv: -kv[1])
+    total = sum(namespaces.values())
+    lines = ["", f"jobs' TensorFlow processes by namespace ({total / 60:.1f} core-min of them "
+             f"seen in {len(rows)})", "", f"{'namespace':<58} {'core-min':>8} {'share':>6}"]
+    for name, cpu in rows[:TOP_NAMESPACES]:
+        lines.append(f"{name:<58} {cpu / 60:>8.1f} {cpu / max(total, 1):>6.1%}")
+    rest = sum(cpu for _, cpu in rows[TOP_NAMESPACES:])
+    if rest:
+        label = f"({len(rows) - TOP_NAMESPACES} more)"
+        lines.append(f"{label:<58} {rest / 60:>8.1f} {rest / max(total, 1):>6.1%}")
+    return lines
 
 
 def main(argv: list[str]) -> int:

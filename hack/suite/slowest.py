@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """The slowest tests of each lane of `make test`, from the JUnit XML files pytest wrote.
 
-    slowest.py [-n 25] LANE=FILE.xml [LANE=FILE.xml ...]
+    slowest.py [-n 25] [--waits FILE.tsv] LANE=FILE.xml [LANE=FILE.xml ...]
 
 A lane may have several files (the cluster's tests that share it, then those that need it
 alone): give the same LANE name again. A test's time is its setup, call and teardown (a
 module's fixture counts where it ran: with its first test). Missing files are said, not
 fatal: the run that should have written them failed before it could.
+
+With ``--waits`` (reports/cluster-waits.tsv: test id, seconds, what, as the cluster tests'
+conftest.py writes each ``kube.eventually``), the slowest tests of the lanes it has lines
+for are followed by what each of them waited for longest, and how much of its time was
+spent outside those waits.
 """
 
 from __future__ import annotations
@@ -38,9 +43,37 @@ def cases(path: Path) -> tuple[list[tuple[float, str, str]], float, dict[str, in
     return found, wall, counts
 
 
+def junit_id(nodeid: str) -> str:
+    """A pytest node id as JUnit names it (tests/x/test_a.py::t[p] -> tests.x.test_a::t[p])."""
+    path, _, name = nodeid.partition("::")
+    return f"{path.removesuffix('.py').replace('/', '.')}::{name.rsplit('@', 1)[0]}"
+
+
+def read_waits(path: Path) -> dict[str, list[tuple[float, str]]]:
+    """(seconds, what) of each test's waits, by its JUnit id."""
+    found: dict[str, list[tuple[float, str]]] = {}
+    for line in path.read_text().splitlines():
+        parts = line.split("\t", 2)
+        if len(parts) == 3:
+            found.setdefault(junit_id(parts[0]), []).append((float(parts[1]), parts[2]))
+    return found
+
+
+def waited(seconds: float, waits: list[tuple[float, str]], top: int = 3) -> str:
+    """One line: a test's ``top`` longest waits and the time outside every wait."""
+    longest = sorted(waits, reverse=True)
+    shown = "; ".join(f"{s:.0f} s {what}" for s, what in longest[:top])
+    rest = longest[top:]
+    more = f"; {len(rest)} more waits {sum(s for s, _ in rest):.0f} s" if rest else ""
+    outside = seconds - sum(s for s, _ in waits)
+    return f"{shown}{more}; outside them {max(outside, 0):.0f} s"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=25)
+    parser.add_argument("--waits", type=Path, help="reports/cluster-waits.tsv")
+    parser.add_argument("--waits-n", type=int, default=12, help="how many tests' waits")
     parser.add_argument("lanes", nargs="+", metavar="LANE=FILE")
     args = parser.parse_args(argv)
     lanes: dict[str, list[Path]] = {}
@@ -61,9 +94,17 @@ def main(argv: list[str]) -> int:
                 totals[key] += value
         summary = ", ".join(f"{v} {k}" for k, v in totals.items() if v)
         print(f"\n--- the slowest {args.n} of {lane} ({summary}; {'; '.join(walls)}) ---")
-        for seconds, name, outcome in sorted(every, reverse=True)[: args.n]:
+        slowest = sorted(every, reverse=True)
+        for seconds, name, outcome in slowest[: args.n]:
             mark = "" if outcome == "passed" else f"  [{outcome}]"
             print(f"{seconds:8.1f} s  {name}{mark}")
+        waits = read_waits(args.waits) if args.waits and args.waits.exists() else {}
+        mine = [(s, n) for s, n, _ in slowest if n in waits][: args.waits_n]
+        if mine:
+            print(f"\n--- what the slowest {len(mine)} of {lane} waited for longest "
+                  f"({args.waits}) ---")
+            for seconds, name in mine:
+                print(f"{seconds:8.1f} s  {name}\n           {waited(seconds, waits[name])}")
     return 0
 
 

@@ -84,6 +84,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         )
 
 
+WAITS_FILE = kube.REPO / "reports" / "cluster-waits.tsv"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Each test's waits (kube.eventually: what, how long; a module's fixture's count with
+    the test it ran for), one line each in reports/cluster-waits.tsv when reports/ is there
+    (make test makes it): hack/suite/slowest.py says what the slowest tests waited for."""
+    kube.WAITS.clear()
+    yield
+    if kube.WAITS and WAITS_FILE.parent.is_dir():
+        with WAITS_FILE.open("a") as out:
+            out.writelines(f"{item.nodeid}\t{seconds:.1f}\t{' '.join(what.split())[:160]}\n"
+                           for what, seconds in kube.WAITS)  # fmt: skip
+    kube.WAITS.clear()
+
+
 @pytest.fixture(scope="session")
 def cluster_up() -> None:
     if not kube.is_up():

@@ -105,20 +105,29 @@ def is_up() -> bool:
     return KUBECONFIG.exists() and cluster("is-up", check=False).returncode == 0
 
 
+# (what, seconds) of every wait of `eventually` in the running test: conftest.py writes
+# them to reports/cluster-waits.tsv after each test, where `make test`'s summary reads
+# what its slowest tests waited for.
+WAITS: list[tuple[str, float]] = []
+
+
 def eventually(what: str, probe: Callable[[], T | None], timeout: float,
                interval: float = 1.0) -> T:  # fmt: skip
     """The first truthy value of ``probe`` within ``timeout`` seconds, or fail saying what
     did not happen (the probe's last exception included)."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     last: BaseException | None = None
     while True:
         try:
             value = probe()
             if value:
+                WAITS.append((what, time.monotonic() - started))
                 return value
         except (AssertionError, subprocess.SubprocessError, ValueError, KeyError) as error:
             last = error
         if time.monotonic() > deadline:
+            WAITS.append((f"{what} (not within {timeout:.0f} s)", time.monotonic() - started))
             raise AssertionError(f"{what}: not within {timeout:.0f} s (last error: {last})")
         time.sleep(interval)
 

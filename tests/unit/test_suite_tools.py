@@ -122,3 +122,45 @@ def test_slowest_reads_junit(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "1 passed, 1 failed, 1 skipped" in out
     assert out.index("tests.cluster.test_a::t1") < out.index("tests.cluster.test_b::t2  [failed]")
     assert "missing.xml was not written" in out
+
+
+def test_the_jobs_tensorflow_cpu_is_summed_by_the_namespace_its_pods_ran_in() -> None:
+    assert cpusample.namespace_of(b"A=1\0SYNCREPLICAS_NAMESPACE=t-test-x-ab12\0B=2") == (
+        "t-test-x-ab12")
+    assert cpusample.namespace_of(b"A=1\0") is None
+    book = cpusample.Book()
+    book.seen = {7: {"comm": "python", "cmdline": "python -m syncreplicas_runtime",
+                     "ppid": 1, "start": 1, "cpu": 0, "namespace": "t-test-x-ab12"}}
+    assert book.namespace(7, "python") == "t-test-x-ab12"
+    assert book.namespace(7, "kubectl") is None  # the pid was reused since
+    assert book.namespace(8, "python") is None
+    shares = {f"ns-{i}": 60.0 * (30 - i) for i in range(25)}
+    text = cpusample.table({"seconds": 600, "machine": 900.0, "accounting": True,
+                            "components": {cpusample.TF_PODS: 600.0}, "namespaces": shares})
+    lines = text.splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("jobs' TensorFlow "
+                                                                    "processes by namespace")))
+    assert lines[at + 3].split()[:2] == ["ns-0", "30.0"]
+    assert lines[-1].split()[:3] == ["(5", "more)", "40.0"]  # 10 + 9 + 8 + 7 + 6 min
+
+
+def test_slowest_says_what_the_slowest_cluster_tests_waited_for(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    xml = tmp_path / "j.xml"
+    xml.write_text(
+        '<testsuites><testsuite time="90"><testcase classname="tests.cluster.test_a" '
+        'name="t1[p/q]" time="60"/><testcase classname="tests.cluster.test_b" name="t2" '
+        'time="25"/></testsuite></testsuites>'
+    )
+    waits = tmp_path / "w.tsv"
+    waits.write_text("tests/cluster/test_a.py::t1[p/q]@test_a\t30.0\tstep 100\n"
+                     "tests/cluster/test_a.py::t1[p/q]@test_a\t12.0\tthe chief's recovery\n"
+                     "tests/cluster/test_a.py::t1[p/q]@test_a\t2.0\tpods\n"
+                     "tests/cluster/test_a.py::t1[p/q]@test_a\t1.0\tmore\n"
+                     "bad line\n")
+    assert slowest.main(["--waits", str(waits), f"cluster={xml}"]) == 0
+    out = capsys.readouterr().out
+    assert "what the slowest 1 of cluster waited for longest" in out
+    assert ("30 s step 100; 12 s the chief's recovery; 2 s pods; 1 more waits 1 s; "
+            "outside them 15 s") in out
+    assert slowest.junit_id("tests/cluster/test_b.py::t2") == "tests.cluster.test_b::t2"

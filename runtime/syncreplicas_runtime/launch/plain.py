@@ -73,8 +73,9 @@ def main() -> int:
         except OSError as err:
             return fail(exitcodes.CONFIG, f"metrics.port {cfg.metrics_port}: cannot listen: {err}")
 
-    import tensorflow as tf
+    from ..process.tfimport import import_tensorflow
 
+    tf = import_tensorflow()
     tf.compat.v1.disable_eager_execution()
     tf.get_logger().setLevel("ERROR")  # deprecation notices of the v1 API we use on purpose
     from ..process.context import Context

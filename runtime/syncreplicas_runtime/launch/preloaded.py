@@ -23,8 +23,10 @@ PR_SET_PDEATHSIG = 1
 def preload() -> None:
     """Import what every replica imports (TensorFlow first), creating no thread."""
     import numpy  # noqa: F401
-    import tensorflow as tf
 
+    from ..process.tfimport import import_tensorflow
+
+    tf = import_tensorflow()
     tf.compat.v1.disable_eager_execution()
     from ..graph import training  # noqa: F401
     from ..process import sessions  # noqa: F401
