@@ -158,12 +158,13 @@ class Book:
             else:
                 old["cpu"] = found["cpu"]
 
-    def namespace(self, pid: int, comm: str) -> str | None:
-        """The namespace a process seen under ``pid`` (with this ``comm``) ran in."""
+    def namespace(self, pid: int, comm: str, ppid: int = 0) -> str | None:
+        """The namespace a process seen under ``pid`` (with this ``comm``) ran in; for one
+        that exited unseen (a replica forked and gone between two looks), its parent's."""
         info = self.seen.get(pid)
         if info is None or (comm and not str(info["comm"]).startswith(comm[:15])):
-            return None  # unseen, or a pid reused since
-        found = info.get("namespace")
+            info = self.seen.get(ppid)  # unseen, or a pid reused since
+        found = info.get("namespace") if info is not None else None
         return str(found) if found else None
 
     def group(self, pid: int, comm: str = "", ppid: int = 0, depth: int = 0) -> str:
@@ -239,9 +240,9 @@ def sample(out: Path) -> None:
     totals: dict[str, float] = {}
     namespaces: dict[str, float] = {}
 
-    def add(name: str, cpu: float, pid: int, comm: str = "") -> None:
+    def add(name: str, cpu: float, pid: int, comm: str = "", ppid: int = 0) -> None:
         totals[name] = totals.get(name, 0.0) + cpu
-        namespace = book.namespace(pid, comm) if name == TF_PODS else None
+        namespace = book.namespace(pid, comm, ppid) if name == TF_PODS else None
         if namespace:
             namespaces[namespace] = namespaces.get(namespace, 0.0) + cpu
 
@@ -251,7 +252,7 @@ def sample(out: Path) -> None:
         if pid in alive:
             continue  # a reused pid that lives again: counted below
         cpu -= book.baseline.pop(pid, 0.0)
-        add(book.group(pid, comm, ppid), max(cpu, 0.0), pid, comm)
+        add(book.group(pid, comm, ppid), max(cpu, 0.0), pid, comm, ppid)
         counted.add(pid)
     for pid in alive:
         found = read_proc(str(pid))

@@ -134,6 +134,7 @@ def test_the_jobs_tensorflow_cpu_is_summed_by_the_namespace_its_pods_ran_in() ->
     assert book.namespace(7, "python") == "t-test-x-ab12"
     assert book.namespace(7, "kubectl") is None  # the pid was reused since
     assert book.namespace(8, "python") is None
+    assert book.namespace(8, "python", 7) == "t-test-x-ab12"  # forked and gone unseen
     shares = {f"ns-{i}": 60.0 * (30 - i) for i in range(25)}
     text = cpusample.table({"seconds": 600, "machine": 900.0, "accounting": True,
                             "components": {cpusample.TF_PODS: 600.0}, "namespaces": shares})
