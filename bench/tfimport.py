@@ -7,9 +7,10 @@ every replica does) and prints its own CPU seconds (user + system) and wall time
 ways alternate (ours, stock, stock, ours, ...) ``--repeats`` times each. Medians and max,
 the ratio ours / stock side by side. Not a test.
 
-With ``--image``, the processes run in the runtime image (``buildah run``, as the pods'
-containers do, its own site-packages: scikit-learn and SciPy, no Matplotlib); without, in
-this interpreter (the venv has Matplotlib too).
+With ``--image``, the processes run in the runtime image (``buildah run`` in the host's
+network, which leaves no bridge or firewall chain behind; the image's own site-packages:
+scikit-learn and SciPy, no Matplotlib); without, in this interpreter (the venv has
+Matplotlib too).
 
     .venv/bin/python bench/tfimport.py --repeats 5
     .venv/bin/python bench/tfimport.py --repeats 5 \
@@ -42,7 +43,8 @@ print(json.dumps({"cpu": t.user + t.system, "wall": time.monotonic() - started,
 
 def command(image_container: str | None, way: str) -> list[str]:
     if image_container:
-        return ["buildah", "run", image_container, "--", "python", "-c", PROBE, way]
+        return ["buildah", "run", "--network=host", image_container, "--", "python", "-c", PROBE,
+                way]
     return [sys.executable, "-c", PROBE, way]
 
 
