@@ -152,7 +152,7 @@ class Book:
             if first:
                 self.baseline[pid] = float(found["cpu"])  # type: ignore[arg-type]
             if old is None or not old.get("cmdline"):
-                if "syncreplicas_runtime" in str(found["cmdline"]):
+                if component(str(found["comm"]), str(found["cmdline"])) == TF_PODS:
                     found["namespace"] = read_namespace(pid)
                 self.seen[pid] = found
             else:

@@ -98,7 +98,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         with WAITS_FILE.open("a") as out:
             out.writelines(f"{item.nodeid}\t{seconds:.1f}\t{' '.join(what.split())[:160]}\n"
                            for what, seconds in kube.WAITS)  # fmt: skip
-    kube.WAITS.clear()
 
 
 @pytest.fixture(scope="session")
