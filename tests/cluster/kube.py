@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -231,9 +232,30 @@ def operator_logs(tail: int = -1) -> str:
     return "\n".join(out)
 
 
+# A runtime's own log lines ("12:00:01 syncreplicas chief-0: ..."), not TensorFlow's.
+RUNTIME_LINE = re.compile(r"^\d\d:\d\d:\d\d syncreplicas ")
+
+
+def replica_logs(namespace: str, tail: int = 8) -> str:
+    """The last ``tail`` lines the runtime wrote in each of the namespace's job pods (a
+    line each, cut at 240 characters): which replica waited for what, in a few lines."""
+    out = []
+    for item in kubectl_json("get", "pods", "-n", namespace, "-l",
+                             "syncreplicas.io/replica-type")["items"]:  # fmt: skip
+        name = item["metadata"]["name"]
+        log = kubectl("logs", "-n", namespace, name, check=False).stdout
+        lines = [line[:240] for line in log.splitlines() if RUNTIME_LINE.match(line)]
+        out.append(f"--- {name} ({item['status'].get('phase')})")
+        out += lines[-tail:]
+    return "\n".join(out)
+
+
 def describe(namespace: str, *what: str) -> str:
-    """What a user looks at when a test fails: describe, events, the operator's log."""
-    out = [kubectl("describe", *what, "-n", namespace, check=False).stdout]
+    """What a user looks at when a test fails: the replicas' last log lines (first: a
+    failure's output is often cut after its first hundred lines), describe, events, the
+    operator's log."""
+    out = [replica_logs(namespace)]
+    out.append(kubectl("describe", *what, "-n", namespace, check=False).stdout)
     out.append(kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp",
                        check=False).stdout)  # fmt: skip
     out.append(operator_logs(tail=60))
