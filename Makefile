@@ -84,7 +84,8 @@ lint: venv
 # node-fault test gives the operator's follower a node and each of the job's roles one.
 # Work side by side where the two cores would otherwise wait: the cluster's binaries and
 # images (build-all.sh, after the host's packages: apt runs one at a time) build while the
-# venv is installed and linted. Then the tests in two lanes at once:
+# venv is installed and linted. Then the tests in two lanes at once, the local one from
+# the moment the cluster starts to come up (it needs no cluster; the bring-up mostly waits):
 #   cluster  the tests that share the cluster, CLUSTER_WORKERS at a time (pytest-xdist;
 #            1: one after another, no xdist), each in namespaces of its own; then those
 #            that need it alone (marked exclusive: node faults, the operator's hand-overs, a
@@ -96,11 +97,10 @@ lint: venv
 # component (hack/suite/cpusample.py). The output ends with that table and the slowest
 # tests of each lane.
 TEST_NODES := 4
-# One: the shared cluster tests one after another, without xdist. Two at a time (2) beside
-# the local lane overloaded the two cores: in fresh-clone runs every cluster test took two
-# to three times as long as alone, the run 66-72 min and tests failed on their own bounds
-# (CONTRIBUTING.md, "Where the time goes").
-CLUSTER_WORKERS ?= 1
+# Two: the shared cluster tests two at a time (pytest-xdist, a file's tests in one worker),
+# the local lane beside them from the cluster's bring-up on; 1: one after another, without
+# xdist (CONTRIBUTING.md, "Where the time goes", has both measured).
+CLUSTER_WORKERS ?= 2
 CLUSTER_SHARED = $(if $(filter-out 1,$(CLUSTER_WORKERS)),-n $(CLUSTER_WORKERS) --dist loadgroup)
 LOCAL_TESTS_LOG := reports/pytest-local.log
 # The local lane's replicas are forked from one warm-start server per session (TensorFlow
@@ -123,12 +123,13 @@ test:
 	SYNCREPLICAS_KUEUE=1 SYNCREPLICAS_MONITORING=1 $(CLUSTER)/build-all.sh & built=$$!; \
 	$(MAKE) --no-print-directory venv tools lint docs; rc=$$?; \
 	wait $$built || rc=1; [ $$rc = 0 ] || exit $$rc; \
-	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
-		BUILT=1 || exit 1; \
 	mkdir -p reports; rm -f reports/junit-*.xml reports/cluster-waits.tsv; \
 	python3 hack/suite/cpusample.py start reports; \
 	nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
+	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
+		BUILT=1 || { kill -INT $$local; wait $$local; python3 hack/suite/cpusample.py stop \
+		reports >/dev/null; exit 1; }; \
 	$(CLUSTER_TESTS); \
 	wait $$local || rc=1; \
 	echo; echo "--- the tests beside the cluster's ($(LOCAL_TESTS_LOG)) ---"; cat $(LOCAL_TESTS_LOG); \
