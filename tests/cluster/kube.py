@@ -213,13 +213,19 @@ def finished_training(namespace: str, name: str, stalled: float, limit: float) -
 
 def leader_pod() -> str:
     """The operator pod holding the leader Lease ("" when none does): its identity there
-    is ``<pod>_<suffix>``."""
+    is ``<pod>_<suffix>``. A holder that names no operator pod, or one being deleted, is
+    none: after a helm upgrade or rollback the Lease still names a replica of the old
+    release until a new one takes it (a test that asked right after a rollout got a pod
+    that no longer existed, and found both replicas following)."""
     try:
         lease = kubectl_json("get", "lease", LEADER_LEASE, "-n", RELEASE_NAMESPACE)
     except AssertionError:
         return ""
     holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
-    return holder.strip().rsplit("_", 1)[0]
+    name = holder.strip().rsplit("_", 1)[0]
+    live = {p["metadata"]["name"] for p in pods(RELEASE_NAMESPACE, OPERATOR_PODS)
+            if "deletionTimestamp" not in p["metadata"]}  # fmt: skip
+    return name if name in live else ""
 
 
 def operator_logs(tail: int = -1) -> str:
