@@ -207,19 +207,27 @@ chart: tools
 # stops both). BUILT=1: build-all.sh has just run (make test).
 CLUSTER_ENV := $(if $(filter 1,$(KUEUE)),SYNCREPLICAS_KUEUE=1) \
 	$(if $(filter 1,$(MONITORING)),SYNCREPLICAS_MONITORING=1)
+BUILT_ENV = $(if $(filter 1,$(BUILT)),SYNCREPLICAS_IMAGES_BUILT=1)
+# MULTIKUEUE=1: the worker cluster comes up beside this one's images, chart and Kueue (it
+# needs nothing of theirs; its output is printed when it is done), then the two connect.
+WORKER_LOG := .cluster/multikueue-worker.log
 cluster: tools
 	$(CLUSTER)/install-host.sh
 	$(if $(filter 1,$(BUILT)),,$(CLUSTER_ENV) $(CLUSTER)/build-all.sh)
 	python3 $(CLUSTER)/cluster.py up $(if $(NODES),--nodes $(NODES)) \
 		$(if $(HOLLOW_NODES),--hollow $(HOLLOW_NODES))
-	$(CLUSTER_ENV) $(CLUSTER)/images.sh
-	$(if $(filter 1,$(MONITORING)),$(CLUSTER)/install-monitoring.sh)
 	$(if $(filter 1,$(MULTIKUEUE)),$(if $(filter 1,$(KUEUE)),,$(error MULTIKUEUE=1 needs KUEUE=1)))
+	$(if $(filter 1,$(MULTIKUEUE)),{ $(BUILT_ENV) $(CLUSTER)/install-multikueue.sh --worker \
+		>$(WORKER_LOG) 2>&1 & worker=$$!; };) \
+	$(BUILT_ENV) $(CLUSTER_ENV) $(CLUSTER)/images.sh && \
+	$(if $(filter 1,$(MONITORING)),$(CLUSTER)/install-monitoring.sh &&) \
 	$(CLUSTER)/install-chart.sh $(if $(filter 1,$(KUEUE)),--set kueue.enabled=true) \
 		$(if $(filter 1,$(MULTIKUEUE)),--set kueue.multiKueue=true) \
-		$(if $(filter 1,$(MONITORING)),-f $(CLUSTER)/monitoring/chart-values.yaml)
-	$(if $(filter 1,$(KUEUE)),$(CLUSTER)/install-kueue.sh)
-	$(if $(filter 1,$(MULTIKUEUE)),$(CLUSTER)/install-multikueue.sh)
+		$(if $(filter 1,$(MONITORING)),-f $(CLUSTER)/monitoring/chart-values.yaml) && \
+	$(if $(filter 1,$(KUEUE)),$(CLUSTER)/install-kueue.sh &&) true; rc=$$?; \
+	$(if $(filter 1,$(MULTIKUEUE)),wait $$worker || rc=1; sed 's/^/[worker] /' $(WORKER_LOG); \
+		[ $$rc = 0 ] && $(CLUSTER)/install-multikueue.sh --connect || rc=1;) \
+	exit $$rc
 	@echo
 	@echo "The cluster is up. Next:"
 	@echo "  export KUBECONFIG=$(CURDIR)/.cluster/kubeconfig PATH=$(CURDIR)/$(TOOLS):\$$PATH"

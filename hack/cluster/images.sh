@@ -27,6 +27,8 @@
 #   images.sh --build            build only (no cluster needed)
 #   images.sh --python           build only the base, operator and runtime images (no
 #                                binaries needed: build-all.sh runs it beside the Go builds)
+#   SYNCREPLICAS_IMAGES_BUILT=1  the operator and runtime images as they are (build-all.sh
+#                                has just built them), not looked at again
 #   images.sh --operator-tag T   also an operator image tagged T (the operator image with
 #                                one more label: a new image ID, as a release would have),
 #                                loaded like the others: what an upgrade test rolls to
@@ -140,8 +142,10 @@ volumes=(-v /etc/ssl/certs:/etc/ssl/certs:ro)
 [[ -f /etc/pip.conf ]] && volumes+=(-v /etc/pip.conf:/etc/pip.conf:ro)
 for pair in "operator:$OPERATOR" "runtime:$RUNTIME"; do
   dir="${pair%%:*}"; name="${pair#*:}"
-  # A variant is made from the image as loaded: that one is not rebuilt first.
-  [[ -n $variant ]] && exists "$name" && continue
+  # A variant is made from the image as loaded: that one is not rebuilt first. Nor is an
+  # image that build-all.sh has just built from this tree (SYNCREPLICAS_IMAGES_BUILT=1, as
+  # make cluster BUILT=1 sets: buildah's look at its cached layers alone takes 20 s).
+  [[ -n $variant || "${SYNCREPLICAS_IMAGES_BUILT:-}" == 1 ]] && exists "$name" && continue
   t=$SECONDS
   # The build stage tagged too: its layers (the dependencies' pip install) are the cache
   # that prune-images.py keeps.

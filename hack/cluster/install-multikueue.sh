@@ -16,6 +16,11 @@
 #            with kueue.multiKueue=true lets Kueue write SyncReplicasJobs' status.
 # Waits until the MultiKueueCluster says Connected and both ClusterQueues are Active.
 # Idempotent. WORKER_NODES (default 1): the worker cluster's nodes.
+#   install-multikueue.sh            both halves, one after the other
+#   install-multikueue.sh --worker   the worker cluster alone (it needs nothing of the
+#                                    manager's: make cluster brings it up beside the
+#                                    manager's images, chart and Kueue)
+#   install-multikueue.sh --connect  the manager's half, the worker being up
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -24,22 +29,30 @@ manager_config="$repo/.cluster/kubeconfig"
 worker_config="$repo/.cluster/worker/kubeconfig"
 t=$SECONDS
 
+case "${1:-}" in
+  --worker) halves=worker ;;
+  --connect) halves=manager ;;
+  "") halves="worker manager" ;;
+  *) echo "multikueue: unknown option $1 (--worker, --connect)" >&2; exit 2 ;;
+esac
 say() { echo "multikueue: $*"; }
 manager() { KUBECONFIG="$manager_config" "$kubectl" "$@"; }
 worker() { KUBECONFIG="$worker_config" "$kubectl" "$@"; }
 on_worker() { env SYNCREPLICAS_CLUSTER=worker KUBECONFIG="$worker_config" "$@"; }
+. "$here/kueue/clusterqueue.sh"
 
-manager get crd multikueueclusters.kueue.x-k8s.io >/dev/null 2>&1 \
-  || { echo "multikueue: no Kueue on the manager cluster (make cluster KUEUE=1)" >&2; exit 1; }
+if [[ " $halves " == *" manager "* ]]; then
+  manager get crd multikueueclusters.kueue.x-k8s.io >/dev/null 2>&1 \
+    || { echo "multikueue: no Kueue on the manager cluster (make cluster KUEUE=1)" >&2; exit 1; }
+fi
 
 # The worker cluster: nodes, images, the chart and Kueue, as on the manager.
+if [[ " $halves " == *" worker "* ]]; then
 on_worker python3 "$here/cluster.py" up --nodes "${WORKER_NODES:-1}"
 on_worker env SYNCREPLICAS_KUEUE=1 "$here/images.sh"
 # One operator replica: the worker is one node, and its hand-overs are tested on the manager.
 on_worker "$here/install-chart.sh" --set kueue.enabled=true --set operator.replicas=1
 on_worker "$here/install-kueue.sh"
-
-. "$here/kueue/clusterqueue.sh"
 
 cluster_queue multikueue default-flavor | worker apply --server-side --force-conflicts -f - >/dev/null
 worker apply --server-side --force-conflicts -f - >/dev/null <<'EOF'
@@ -77,6 +90,13 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: syncrepl
 subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: User, name: kueue-multikueue}
 EOF
+say "worker cluster ready in $((SECONDS - t)) s"
+fi
+[[ " $halves " == *" manager "* ]] || exit 0
+
+# The manager's half.
+on_worker python3 "$here/cluster.py" is-up \
+  || { echo "multikueue: the worker cluster is not up (install-multikueue.sh --worker)" >&2; exit 1; }
 credentials="$(SYNCREPLICAS_CLUSTER=worker python3 "$here/cluster.py" credentials kueue-multikueue)"
 
 # The manager: Kueue's service account writes the jobs' status (the chart's
