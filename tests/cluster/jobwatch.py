@@ -182,10 +182,10 @@ def operator_nodes() -> tuple[str, list[str]]:
     """(the acting operator replica's node, its followers' nodes)."""
     leader = kube.eventually("an operator replica leads", kube.leader_pod, 60)
     leading, following = "", []
-    for item in kube.pods(kube.RELEASE_NAMESPACE, kube.OPERATOR_PODS):
+    for item in kube.operator_replicas():
         if item["metadata"]["name"] == leader:
             leading = str(item["spec"]["nodeName"])
-        elif "deletionTimestamp" not in item["metadata"]:
+        else:
             following.append(str(item["spec"].get("nodeName", "")))
     return leading, following
 

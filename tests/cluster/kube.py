@@ -223,18 +223,22 @@ def leader_pod() -> str:
         return ""
     holder = str((lease.get("spec") or {}).get("holderIdentity") or "")
     name = holder.strip().rsplit("_", 1)[0]
-    live = {p["metadata"]["name"] for p in pods(RELEASE_NAMESPACE, OPERATOR_PODS)
-            if "deletionTimestamp" not in p["metadata"]}  # fmt: skip
-    return name if name in live else ""
+    return name if name in {p["metadata"]["name"] for p in operator_replicas()} else ""
+
+
+def operator_replicas() -> list[dict[str, Any]]:
+    """The operator's pods that are not being deleted."""
+    return [p for p in pods(RELEASE_NAMESPACE, OPERATOR_PODS)
+            if "deletionTimestamp" not in p["metadata"]]  # fmt: skip
 
 
 def operator_logs(tail: int = -1) -> str:
     """Every operator replica's log (each under a line naming its pod)."""
-    out = []
+    out, leader = [], leader_pod()
     for item in pods(RELEASE_NAMESPACE, OPERATOR_PODS):
         name = item["metadata"]["name"]
         log = kubectl("logs", "-n", RELEASE_NAMESPACE, name, f"--tail={tail}", check=False)
-        out.append(f"--- {name}{' (leader)' if name == leader_pod() else ''}\n{log.stdout}")
+        out.append(f"--- {name}{' (leader)' if name == leader else ''}\n{log.stdout}")
     return "\n".join(out)
 
 

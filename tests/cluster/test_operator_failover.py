@@ -206,8 +206,7 @@ def test_the_operator_hands_over_on_pod_deletion_partition_and_upgrade(
         took = kube.rollout("upgrade", kube.RELEASE, str(kube.CHART), "-n", kube.RELEASE_NAMESPACE,
                        "--reuse-values", "--set", f"image.tag={UPGRADE_TAG}")  # fmt: skip
         done = time.time()
-        images = {p["spec"]["containers"][0]["image"] for p in kube.pods(
-            kube.RELEASE_NAMESPACE, kube.OPERATOR_PODS) if "deletionTimestamp" not in p["metadata"]}
+        images = {p["spec"]["containers"][0]["image"] for p in kube.operator_replicas()}
         assert images == {f"ghcr.io/syncreplicas/syncreplicas-operator:{UPGRADE_TAG}"}, images
         time.sleep(took)
         during = longest_without_update(updates, started, done)
