@@ -84,36 +84,40 @@ lint: venv
 # node-fault test gives the operator's follower a node and each of the job's roles one.
 # Work side by side where the two cores would otherwise wait: the cluster's binaries and
 # images (build-all.sh, after the host's packages: apt runs one at a time) build while the
-# venv is installed and linted. Then the tests in two lanes at once, the local one from
-# the moment the cluster starts to come up (it needs no cluster; the bring-up mostly waits):
-#   cluster  the tests that share the cluster, CLUSTER_WORKERS at a time (pytest-xdist;
-#            1: one after another, no xdist), each in namespaces of its own; then those
-#            that need it alone (marked exclusive: node faults, the operator's hand-overs, a
-#            setting of every job, the RBAC run's forty operators), one at a time, when the
-#            machine is least loaded;
+# venv is installed; lint and docs (reports/lint.log, printed once the cluster is up) run
+# while the cluster comes up. Then the tests in two lanes at once, the local one from the
+# moment the venv is there (it needs no cluster):
+#   cluster  first those that need the cluster alone (marked exclusive: node faults, the
+#            operator's hand-overs, a setting of every job, the RBAC run's forty
+#            operators), one at a time: they mostly wait (for a Lease, a node's grace, a
+#            rollout), which is when the local lane's CPU fits beside them; then those that
+#            share the cluster, CLUSTER_WORKERS at a time (pytest-xdist; 1: one after
+#            another, no xdist), each in namespaces of its own, when the local lane is
+#            over or nearly;
 #   local    everything else (local TensorFlow processes, kmock, the chart), niced, its
 #            output in reports/pytest-local.log, printed after the cluster's.
 # Each run writes JUnit XML under reports/; a sampler records the CPU of every process by
 # component (hack/suite/cpusample.py). The output ends with that table and the slowest
 # tests of each lane.
 TEST_NODES := 4
-# Two: the shared cluster tests two at a time (pytest-xdist, a file's tests in one worker),
-# the local lane beside them from the cluster's bring-up on; 1: one after another, without
-# xdist (CONTRIBUTING.md, "Where the time goes", has both measured).
-CLUSTER_WORKERS ?= 2
+# Three: the shared cluster tests three at a time (pytest-xdist, a file's tests in one
+# worker); 1: one after another, without xdist (CONTRIBUTING.md, "Where the time goes", has
+# the counts measured).
+CLUSTER_WORKERS ?= 3
 CLUSTER_SHARED = $(if $(filter-out 1,$(CLUSTER_WORKERS)),-n $(CLUSTER_WORKERS) --dist loadgroup)
 LOCAL_TESTS_LOG := reports/pytest-local.log
+CHECKS_LOG := reports/lint.log
 # The local lane's replicas are forked from one warm-start server per session (TensorFlow
 # imported once, not by every replica process: tests/support/tfcluster.py).
 PYTEST_LOCAL = env SYNCREPLICAS_WARM_START=1 $(PY) -m pytest tests --ignore=tests/cluster \
 	-p no:cacheprovider --tb=short
 PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider --tb=short
-# The cluster's tests as both targets run them: the shared ones, then the exclusive ones
+# The cluster's tests as both targets run them: the exclusive ones, then the shared ones
 # (the shell's rc: 0 when both passed).
-CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
-		--junitxml=reports/junit-cluster-shared.xml; rc=$$?; \
-	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml \
-		|| rc=1
+CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m exclusive \
+		--junitxml=reports/junit-cluster-exclusive.xml; rc=$$?; \
+	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
+		--junitxml=reports/junit-cluster-shared.xml || rc=1
 SLOWEST := python3 hack/suite/slowest.py --waits reports/cluster-waits.tsv \
 	local=reports/junit-local.xml \
 	cluster=reports/junit-cluster-shared.xml cluster=reports/junit-cluster-exclusive.xml
@@ -121,15 +125,19 @@ test:
 	@$(CLUSTER)/install-host.sh && $(MAKE) --no-print-directory prometheus chromium || exit 1; \
 	was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \
 	SYNCREPLICAS_KUEUE=1 SYNCREPLICAS_MONITORING=1 $(CLUSTER)/build-all.sh & built=$$!; \
-	$(MAKE) --no-print-directory venv tools lint docs; rc=$$?; \
-	wait $$built || rc=1; [ $$rc = 0 ] || exit $$rc; \
+	$(MAKE) --no-print-directory venv tools || { wait $$built; exit 1; }; \
 	mkdir -p reports; rm -f reports/junit-*.xml reports/cluster-waits.tsv; \
+	$(MAKE) --no-print-directory lint docs >$(CHECKS_LOG) 2>&1 & checked=$$!; \
 	python3 hack/suite/cpusample.py start reports; \
 	nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
+	stop() { kill -INT $$local; wait $$local; python3 hack/suite/cpusample.py stop reports \
+		>/dev/null; exit 1; }; \
+	wait $$built || stop; \
 	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
-		BUILT=1 || { kill -INT $$local; wait $$local; python3 hack/suite/cpusample.py stop \
-		reports >/dev/null; exit 1; }; \
+		BUILT=1 || stop; \
+	wait $$checked; checks=$$?; echo; echo "--- lint and docs ($(CHECKS_LOG)) ---"; \
+	cat $(CHECKS_LOG); [ $$checks = 0 ] || stop; \
 	$(CLUSTER_TESTS); \
 	wait $$local || rc=1; \
 	echo; echo "--- the tests beside the cluster's ($(LOCAL_TESTS_LOG)) ---"; cat $(LOCAL_TESTS_LOG); \
