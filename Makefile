@@ -94,19 +94,31 @@ lint: venv
 #            share the cluster, CLUSTER_WORKERS at a time (pytest-xdist; 1: one after
 #            another, no xdist), each in namespaces of its own, when the local lane is
 #            over or nearly;
-#   local    everything else (local TensorFlow processes, kmock, the chart), niced, its
+#   local    everything else (local TensorFlow processes, kmock, the chart), in a CPU
+#            cgroup of LOCAL_SHARES (hack/suite/background.sh: half a node's weight, so the
+#            cluster's tests come first and the lane takes what they leave idle), its
 #            output in reports/pytest-local.log, printed after the cluster's.
 # Each run writes JUnit XML under reports/; a sampler records the CPU of every process by
 # component (hack/suite/cpusample.py). The output ends with that table and the slowest
 # tests of each lane.
 TEST_NODES := 4
+# make test REPEAT=5: each test named in tests/under-load.txt (those that have failed only
+# under the suite's own load) five times inside the full run (tests/conftest.py).
+ifdef REPEAT
+export SYNCREPLICAS_REPEAT := $(REPEAT)
+endif
 # Three: the shared cluster tests three at a time (pytest-xdist, a file's tests in one
 # worker); 1: one after another, without xdist (CONTRIBUTING.md, "Where the time goes", has
 # the counts measured).
 CLUSTER_WORKERS ?= 3
-CLUSTER_SHARED = $(if $(filter-out 1,$(CLUSTER_WORKERS)),-n $(CLUSTER_WORKERS) --dist loadgroup)
+# --no-loadscope-reorder: the files in tests/cluster/conftest.py's order, longest first
+# (xdist's own order is by the number of tests in a file: test_api's 200 short ones first,
+# the one long browser test last).
+CLUSTER_SHARED = $(if $(filter-out 1,$(CLUSTER_WORKERS)),-n $(CLUSTER_WORKERS) --dist loadgroup \
+	--no-loadscope-reorder)
 LOCAL_TESTS_LOG := reports/pytest-local.log
 CHECKS_LOG := reports/lint.log
+LOCAL_SHARES := 512
 # The local lane's replicas are forked from one warm-start server per session (TensorFlow
 # imported once, not by every replica process: tests/support/tfcluster.py).
 PYTEST_LOCAL = env SYNCREPLICAS_WARM_START=1 $(PY) -m pytest tests --ignore=tests/cluster \
@@ -129,7 +141,8 @@ test:
 	mkdir -p reports; rm -f reports/junit-*.xml reports/cluster-waits.tsv; \
 	$(MAKE) --no-print-directory lint docs >$(CHECKS_LOG) 2>&1 & checked=$$!; \
 	python3 hack/suite/cpusample.py start reports; \
-	nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml >$(LOCAL_TESTS_LOG) 2>&1 & \
+	hack/suite/background.sh $(LOCAL_SHARES) $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml \
+		>$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
 	stop() { kill -INT $$local; wait $$local; python3 hack/suite/cpusample.py stop reports \
 		>/dev/null; exit 1; }; \

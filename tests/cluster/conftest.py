@@ -53,7 +53,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     for item in ours:
         name = os.path.basename(str(item.fspath)).removesuffix(".py")
-        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(name, name)))
+        group = SAME_WORKER.get(name, name)
+        # A repeat of `make test REPEAT=N` (tests/conftest.py) in a group of its own: the
+        # repeats run side by side, as the file's first run does with the others.
+        run = getattr(getattr(item, "callspec", None), "params", {}).get("under_load_run", 1)
+        if run > 1 and name not in SAME_WORKER:
+            group = f"{group}-run{run}"
+        item.add_marker(pytest.mark.xdist_group(group))
     if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1":
         mine = {id(item) for item in ours}
         items.sort(key=lambda item: rank(item) if id(item) in mine else -1)

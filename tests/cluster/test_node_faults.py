@@ -63,7 +63,6 @@ from tests.cluster.jobwatch import (
 )
 from tests.cluster.slowjob import (
     CHECKPOINT_EVERY,
-    MAX_STEPS,
     SNAPSHOT_EVERY,
     UPDATES_FILE,
     lift_delay,
@@ -72,6 +71,11 @@ from tests.cluster.slowjob import (
 )
 
 pytestmark = pytest.mark.exclusive  # it crashes nodes, the acting operator among them
+
+# At most about 3.75 steps/s while slowed (slowjob's fault pace): 480 s or more, for the
+# faults' 200-300 s (their Leases, the node's grace, the replacements' starts), and about
+# a thousand steps left at full speed once the delay is lifted.
+MAX_STEPS = 1800
 
 JOB = "nodes"
 SELECTOR = f"syncreplicas.io/job-name={JOB}"
@@ -145,7 +149,7 @@ def test_a_job_survives_crashed_partitioned_drained_and_preempted_nodes(
     shared = shared_dir(tmp_path)
     label_nodes({nodes["A"]: ["ps"], nodes["B"]: ["chief"], nodes["C"]: ["worker"]})
     kube.kubectl("apply", "-n", namespace, "-f", "-",
-                 input=yaml.safe_dump(manifest(JOB, shared)))  # fmt: skip
+                 input=yaml.safe_dump(manifest(JOB, shared, MAX_STEPS)))  # fmt: skip
     figures: dict[str, object] = {}
     try:
         with watched(namespace, shared, nodes) as f:
