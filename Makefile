@@ -107,10 +107,11 @@ TEST_NODES := 4
 ifdef REPEAT
 export SYNCREPLICAS_REPEAT := $(REPEAT)
 endif
-# Three: the shared cluster tests three at a time (pytest-xdist, a file's tests in one
-# worker); 1: one after another, without xdist (CONTRIBUTING.md, "Where the time goes", has
-# the counts measured).
-CLUSTER_WORKERS ?= 3
+# Two: the shared cluster tests two at a time (pytest-xdist, a file's tests in one worker;
+# three overload the two cores: each test slower, and the paced jobs' CPU grows with their
+# tests' time); 1: one after another, without xdist (CONTRIBUTING.md, "Where the time
+# goes", has the counts measured).
+CLUSTER_WORKERS ?= 2
 # --no-loadscope-reorder: the files in tests/cluster/conftest.py's order, longest first
 # (xdist's own order is by the number of tests in a file: test_api's 200 short ones first,
 # the one long browser test last).
