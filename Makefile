@@ -145,8 +145,9 @@ test:
 	hack/suite/background.sh $(LOCAL_SHARES) $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml \
 		>$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
-	stop() { kill -INT $$local; wait $$local; python3 hack/suite/cpusample.py stop reports \
-		>/dev/null; exit 1; }; \
+	stop() { kill -INT $$local; sleep 5; hack/suite/background.sh --stop; wait $$local; \
+		python3 hack/suite/cpusample.py stop reports >/dev/null; \
+		[ $$was_up = 1 ] || python3 $(CLUSTER)/cluster.py down; exit 1; }; \
 	wait $$built || stop; \
 	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
 		BUILT=1 || stop; \

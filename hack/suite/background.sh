@@ -7,9 +7,17 @@
 # takes a whole node's share per process; in a cgroup of its own the lane as a whole takes
 # SHARES when the cluster wants the cores, and all that they leave idle otherwise.
 # Without a writable cgroup hierarchy COMMAND runs niced, as before.
+#   background.sh --stop   every process still in that cgroup gets SIGKILL (a run that stops
+#                          early: the lane's pytest and the TensorFlow processes it started)
 set -euo pipefail
-shares="$1"; shift
 name="syncreplicas-background"
+if [[ "${1:-}" == --stop ]]; then
+  for procs in "/sys/fs/cgroup/cpu/$name/cgroup.procs" "/sys/fs/cgroup/$name/cgroup.procs"; do
+    [[ -f $procs ]] && xargs -r kill -KILL < "$procs" 2>/dev/null || true
+  done
+  exit 0
+fi
+shares="$1"; shift
 if [[ -w /sys/fs/cgroup/cpu/cgroup.procs ]]; then
   group="/sys/fs/cgroup/cpu/$name"
   mkdir -p "$group"
