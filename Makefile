@@ -197,6 +197,7 @@ bench: venv tools
 	$(PY) bench/operator.py
 	$(PY) bench/input.py
 	$(PY) bench/elastic.py
+	$(PY) bench/idlecost.py
 	$(MAKE) --no-print-directory cluster
 	$(PY) bench/cluster.py
 
