@@ -127,3 +127,16 @@ def test_runtime_image_has_tensorflow_cpu_and_the_pod_command() -> None:
     assert entry.json and tuple(entry.value) == tuple(RUNTIME_COMMAND)
     exposed = " ".join(" ".join(c.value) for c in of(commands(IMAGES["runtime"]), "EXPOSE")).split()
     assert {"2222", "9090"} <= set(exposed)
+
+
+def test_runtime_code_is_a_layer_of_its_own_after_the_dependencies() -> None:
+    """A change of the runtime's code makes a new layer of the code alone: the nodes take
+    in that, not the dependencies' 2 GB layer again (and a build reuses that layer)."""
+    cmds = commands(IMAGES["runtime"])
+    final = cmds[max(i for i, c in enumerate(cmds) if c.cmd == "FROM"):]
+    copied = [c.value[0] for c in of(final, "COPY") if "--from=build" in c.flags]
+    assert copied == ["/install", "/app"], copied
+    runs = [" ".join(c.value) for c in of(cmds, "RUN") if "pip install" in " ".join(c.value)]
+    deps, code = runs
+    assert "--prefix=/install" in deps and "-r requirements.txt" in deps
+    assert "--prefix=/app" in code and "--no-deps" in code and "./runtime" in code
