@@ -87,17 +87,14 @@ lint: venv
 # venv is installed; lint and docs (reports/lint.log, printed once the cluster is up) run
 # while the cluster comes up. Then the tests in two lanes at once, the local one from the
 # moment the venv is there (it needs no cluster):
-#   cluster  first those that need the cluster alone (marked exclusive: node faults, the
-#            operator's hand-overs, a setting of every job, the RBAC run's forty
-#            operators), one at a time: they mostly wait (for a Lease, a node's grace, a
-#            rollout), which is when the local lane's CPU fits beside them; then those that
-#            share the cluster, CLUSTER_WORKERS at a time (pytest-xdist; 1: one after
-#            another, no xdist), each in namespaces of its own, when the local lane is
-#            over or nearly;
-#   local    everything else (local TensorFlow processes, kmock, the chart), in a CPU
-#            cgroup of LOCAL_SHARES (hack/suite/background.sh: half a node's weight, so the
-#            cluster's tests come first and the lane takes what they leave idle), its
-#            output in reports/pytest-local.log, printed after the cluster's.
+#   cluster  the tests that share the cluster, CLUSTER_WORKERS at a time (pytest-xdist;
+#            1: one after another, no xdist), each in namespaces of its own, the longest
+#            files first; then those that need it alone (marked exclusive: node faults,
+#            the operator's hand-overs, a setting of every job, the RBAC run's forty
+#            operators), one at a time;
+#   local    everything else (local TensorFlow processes, kmock, the chart), niced, in a
+#            process group of its own (a run that stops early ends all of it), its output
+#            in reports/pytest-local.log, printed after the cluster's.
 # Each run writes JUnit XML under reports/; a sampler records the CPU of every process by
 # component (hack/suite/cpusample.py). The output ends with that table and the slowest
 # tests of each lane.
@@ -119,18 +116,17 @@ CLUSTER_SHARED = $(if $(filter-out 1,$(CLUSTER_WORKERS)),-n $(CLUSTER_WORKERS) -
 	--no-loadscope-reorder)
 LOCAL_TESTS_LOG := reports/pytest-local.log
 CHECKS_LOG := reports/lint.log
-LOCAL_SHARES := 512
 # The local lane's replicas are forked from one warm-start server per session (TensorFlow
 # imported once, not by every replica process: tests/support/tfcluster.py).
 PYTEST_LOCAL = env SYNCREPLICAS_WARM_START=1 $(PY) -m pytest tests --ignore=tests/cluster \
 	-p no:cacheprovider --tb=short
 PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider --tb=short
-# The cluster's tests as both targets run them: the exclusive ones, then the shared ones
+# The cluster's tests as both targets run them: the shared ones, then the exclusive ones
 # (the shell's rc: 0 when both passed).
-CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m exclusive \
-		--junitxml=reports/junit-cluster-exclusive.xml; rc=$$?; \
-	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
-		--junitxml=reports/junit-cluster-shared.xml || rc=1
+CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
+		--junitxml=reports/junit-cluster-shared.xml; rc=$$?; \
+	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml \
+		|| rc=1
 SLOWEST := python3 hack/suite/slowest.py --waits reports/cluster-waits.tsv \
 	local=reports/junit-local.xml \
 	cluster=reports/junit-cluster-shared.xml cluster=reports/junit-cluster-exclusive.xml
@@ -142,10 +138,9 @@ test:
 	mkdir -p reports; rm -f reports/junit-*.xml reports/cluster-waits.tsv; \
 	$(MAKE) --no-print-directory lint docs >$(CHECKS_LOG) 2>&1 & checked=$$!; \
 	python3 hack/suite/cpusample.py start reports; \
-	hack/suite/background.sh $(LOCAL_SHARES) $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml \
-		>$(LOCAL_TESTS_LOG) 2>&1 & \
+	setsid nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
-	stop() { kill -INT $$local; sleep 5; hack/suite/background.sh --stop; wait $$local; \
+	stop() { kill -INT $$local; sleep 5; kill -KILL -- -$$local 2>/dev/null; wait $$local; \
 		python3 hack/suite/cpusample.py stop reports >/dev/null; \
 		[ $$was_up = 1 ] || python3 $(CLUSTER)/cluster.py down; exit 1; }; \
 	wait $$built || stop; \
