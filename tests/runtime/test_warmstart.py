@@ -40,6 +40,13 @@ def eventually(probe: Callable[[], bool], timeout: float = 10.0) -> bool:
     return True
 
 
+def sigpipe_ignored(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGPIPE - 1) & 1)
+    raise AssertionError(f"no SigIgn in /proc/{pid}/status")
+
+
 def test_a_job_of_forked_replicas_trains_to_the_end(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SYNCREPLICAS_WARM_START", "1")
@@ -84,6 +91,9 @@ def test_exit_codes_environment_and_output_are_the_requests(tmp_path: Path) -> N
             assert eventually(lambda: cwd.resolve() == tmp_path.resolve())
             # Once it runs (its SIGTERM handler set), SIGTERM ends it as the runtime says.
             assert eventually(lambda: "started:" in out.read_text(), 60)
+            # SIGPIPE ignored, as in a replica started cold (a forked one that had it at its
+            # default died with 141 when a reader closed its socket mid-write, under load).
+            assert sigpipe_ignored(stopped.pid)  # type: ignore[attr-defined]
             stopped.terminate()  # type: ignore[attr-defined]
             assert stopped.wait(timeout=30) == 128 + signal.SIGTERM  # type: ignore[attr-defined]
         # Each ran as the replica its environment names (TF_CONFIG: worker 0).

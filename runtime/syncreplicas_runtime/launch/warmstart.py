@@ -77,7 +77,10 @@ def fork_replica(request: dict[str, object], fds: list[int], selector: selectors
         listener.close()
         for sock in others:
             sock.close()
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
+        # SIGPIPE stays ignored, as in every Python process (a replica started cold): a peer
+        # that closes a socket while the replica writes to it (a metrics reader that gave
+        # up) is a BrokenPipeError to handle there, not the replica's death (exit 141).
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         return run_request(request, fds)
 
