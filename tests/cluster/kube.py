@@ -232,6 +232,13 @@ def operator_replicas() -> list[dict[str, Any]]:
             if "deletionTimestamp" not in p["metadata"]]  # fmt: skip
 
 
+def operator_replicas_ready(within: float = 120) -> None:
+    """Wait until the operator's Deployment has both its replicas Ready."""
+    eventually("both operator replicas Ready", lambda: kubectl_json(
+        "get", "deployment", "syncreplicas-operator", "-n", RELEASE_NAMESPACE,
+    )["status"].get("readyReplicas") == 2, within)  # fmt: skip
+
+
 def operator_logs(tail: int = -1) -> str:
     """Every operator replica's log (each under a line naming its pod)."""
     out, leader = [], leader_pod()

@@ -28,9 +28,7 @@ def test_the_release_is_deployed_and_its_notes_say_what_to_do(cluster_up: None) 
 def test_the_operator_runs_in_cluster_under_the_charts_service_account(cluster_up: None) -> None:
     # The chart's two replicas, both Ready (a follower answers its probes), one leading;
     # waited for: a test that ran before may have just restarted a node with a replica on it.
-    kube.eventually("both operator replicas Ready", lambda: kube.kubectl_json(
-        "get", "deployment", "syncreplicas-operator", "-n", kube.RELEASE_NAMESPACE,
-    )["status"].get("readyReplicas") == 2, 120)  # fmt: skip
+    kube.operator_replicas_ready()
     replicas = {p["metadata"]["name"]: p for p in kube.pods(kube.RELEASE_NAMESPACE,
                                                             kube.OPERATOR_PODS)}  # fmt: skip
     assert len(replicas) == 2 and kube.leader_pod() in replicas, (list(replicas), kube.leader_pod())

@@ -19,9 +19,7 @@ def test_up_again_is_a_no_op_and_what_make_cluster_installed_runs(cluster_up: No
     again = kube.cluster("up")
     assert "already up" in again.stdout, again.stdout
     assert [n["metadata"]["uid"] for n in kube.real_nodes()] == before
-    kube.eventually("both operator replicas Ready", lambda: kube.kubectl_json(
-        "get", "deployment", "syncreplicas-operator", "-n", kube.RELEASE_NAMESPACE,
-    )["status"].get("readyReplicas") == 2, 120)  # fmt: skip
+    kube.operator_replicas_ready()
     assert kube.leader_pod(), "an operator replica leads"
     if kube.kubectl("get", "namespace", "kueue-system", check=False).returncode == 0:
         kueue = kube.kubectl_json("get", "deployment", "kueue-controller-manager",

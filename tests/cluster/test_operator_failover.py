@@ -145,9 +145,7 @@ def test_the_operator_hands_over_on_pod_deletion_partition_and_upgrade(
         # The job's nodes: two that no operator replica runs on (the deleted one's
         # replacement, or the follower, may lead from any node), so that the partition
         # below cuts off the leader and nothing of the job. Its pods wait for the labels.
-        kube.eventually("both operator replicas Ready", lambda: kube.kubectl_json(
-            "get", "deployment", "syncreplicas-operator", "-n", kube.RELEASE_NAMESPACE,
-        )["status"].get("readyReplicas") == 2, 120)  # fmt: skip
+        kube.operator_replicas_ready()
         leading, following = operator_nodes()
         spare = [n for n in node_names() if n not in (leading, *following)]
         assert len(spare) >= 2, (leading, following, node_names())
@@ -157,9 +155,7 @@ def test_the_operator_hands_over_on_pod_deletion_partition_and_upgrade(
             kube.eventually("training passes step 50", lambda: steps.last() >= 50, 240)
 
         # 2. The leader's node cut off from the API server (and the other nodes), healed.
-        kube.eventually("both operator replicas Ready", lambda: kube.kubectl_json(
-            "get", "deployment", "syncreplicas-operator", "-n", kube.RELEASE_NAMESPACE,
-        )["status"].get("readyReplicas") == 2, 120)  # fmt: skip
+        kube.operator_replicas_ready()
         old = kube.leader_pod()
         node = kube.kubectl_json("get", "pod", old, "-n", kube.RELEASE_NAMESPACE)["spec"][
             "nodeName"]  # fmt: skip
