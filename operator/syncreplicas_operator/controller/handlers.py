@@ -105,43 +105,56 @@ def stopping(**_: Any) -> None:
     daemon.metrics().leader.set(0)
 
 
-# Indexers run on every watch event of a child; they also wake the owning job's daemon
-# (it plans after a short debounce, by which time kopf has stored the indexed value), which
-# saves a separate event handler per child event.
+# Indexers run on every watch event of a child (but its deletion: kopf drops the object
+# from its indexes then) and only index; the event handlers below wake the owning job's
+# loop. kopf calls a resource's indexers, stores what they return, and only then calls its
+# event handlers: a loop woken for an event plans from indexes that hold it (a wake from an
+# indexer could beat the store, and a pass planned from the old state would not be woken
+# again). Every handler here is a coroutine: kopf runs it in its event loop, where the
+# loops' wake-ups live (kopf runs other functions in threads, where setting an asyncio
+# Event is not safe).
 
 
 @kopf.index("v1", "pods", labels=CHILD_LABELS)
-def pods_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, ObservedPod] | None:
-    job = job_name_of(body)
-    daemon.wake(namespace, job, "pods")
+async def pods_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, ObservedPod] | None:
     pod = observe_pod(body)
-    return {(namespace, job): pod} if pod is not None else None
+    return {(namespace, job_name_of(body)): pod} if pod is not None else None
 
 
 # Spares by the label they lose when they take a replica over: kopf keeps an object's last
 # value while its indexer returns None, and drops it once the filter stops matching.
 @kopf.index("v1", "pods", labels={**CHILD_LABELS, naming.LABEL_SPARE: "true"})
-def spares_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, ObservedSpare] | None:
-    spare = observe_spare(body)  # pods_by_job wakes the job
+async def spares_by_job(
+    namespace: str, body: kopf.Body, **_: Any
+) -> dict[Any, ObservedSpare] | None:
+    spare = observe_spare(body)
     return {(namespace, job_name_of(body)): spare} if spare is not None else None
 
 
 @kopf.index("v1", "services", labels=CHILD_LABELS)
-def services_by_job(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, str]:
-    job = job_name_of(body)
-    daemon.wake(namespace, job, "services")
-    return {(namespace, job): name}
-
-
-@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=CHILD_LABELS)
-def policies_by_job(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, str]:
+async def services_by_job(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, str]:
     return {(namespace, job_name_of(body)): name}
 
 
-# A policy deleted under a running job is created again at once (an indexer is not called
-# for a deletion): its pods' gRPC port must not stay open.
+@kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=CHILD_LABELS)
+async def policies_by_job(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, str]:
+    return {(namespace, job_name_of(body)): name}
+
+
+@kopf.on.event("v1", "pods", labels=CHILD_LABELS)
+async def pod_changed(namespace: str, body: kopf.Body, **_: Any) -> None:
+    daemon.wake(namespace, job_name_of(body), "pods")
+
+
+@kopf.on.event("v1", "services", labels=CHILD_LABELS)
+async def service_changed(namespace: str, body: kopf.Body, **_: Any) -> None:
+    daemon.wake(namespace, job_name_of(body), "services")
+
+
+# A policy deleted under a running job is created again at once: its pods' gRPC port must
+# not stay open.
 @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=CHILD_LABELS)
-def policy_changed(namespace: str, body: kopf.Body, **_: Any) -> None:
+async def policy_changed(namespace: str, body: kopf.Body, **_: Any) -> None:
     daemon.wake(namespace, job_name_of(body), "networkpolicies")
 
 
@@ -149,17 +162,22 @@ def watch_workloads() -> None:
     """Index Kueue's Workloads of the jobs (--kueue on only: without it the operator neither
     needs Kueue's API nor the RBAC to watch it)."""
 
-    def workloads_by_job(namespace: str, body: kopf.Body, **_: Any) -> dict[Any, ObservedWorkload]:
-        job = job_name_of(body)
-        daemon.wake(namespace, job, kueue.WORKLOAD_PLURAL)
-        return {(namespace, job): observe_workload(body)}
+    async def workloads_by_job(
+        namespace: str, body: kopf.Body, **_: Any
+    ) -> dict[Any, ObservedWorkload]:
+        return {(namespace, job_name_of(body)): observe_workload(body)}
+
+    async def workload_changed(namespace: str, body: kopf.Body, **_: Any) -> None:
+        daemon.wake(namespace, job_name_of(body), kueue.WORKLOAD_PLURAL)
 
     kopf.index(kueue.GROUP, kueue.VERSION, kueue.WORKLOAD_PLURAL, labels=CHILD_LABELS,
                id="workloads_by_job")(workloads_by_job)  # fmt: skip
+    kopf.on.event(kueue.GROUP, kueue.VERSION, kueue.WORKLOAD_PLURAL, labels=CHILD_LABELS,
+                  id="workload_changed")(workload_changed)  # fmt: skip
 
 
 @kopf.on.event(*JOBS)
-def job_changed(namespace: str, name: str, **_: Any) -> None:
+async def job_changed(namespace: str, name: str, **_: Any) -> None:
     daemon.wake(namespace, name, naming.PLURAL)
 
 
