@@ -172,11 +172,12 @@ class Operator:
         scrape_interval: float = 0.3,
         replica_scrape_interval: float = 0.5,
         extra_args: tuple[str, ...] = (),
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.liveness_port = free_port()
         self.metrics_port = free_port()
         self.log = log
-        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        env = {**os.environ, **(extra_env or {}), "KUBECONFIG": str(kubeconfig)}
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -250,10 +251,11 @@ class Cluster:
 
     # -- the operator -----------------------------------------------------------------
 
-    async def start_operator(self, *args: str) -> Operator:
-        """Start ``syncreplicas operator`` (``args``: extra options) and wait until live."""
+    async def start_operator(self, *args: str, env: dict[str, str] | None = None) -> Operator:
+        """Start ``syncreplicas operator`` (``args``: extra options; ``env``: more of its
+        environment) and wait until live."""
         log = self.tmp_path / f"operator-{len(self.operators)}.log"
-        op = Operator(self.kubeconfig, log, extra_args=args)
+        op = Operator(self.kubeconfig, log, extra_args=args, extra_env=env)
         self.operators.append(op)
         await op.wait_live()
         return op
