@@ -93,18 +93,21 @@ class Viewer:
 
 
 def check_broken_copy(viewer: Viewer, base: str) -> None:
-    """A copy of the dashboard with one query broken: exactly that panel is in error."""
+    """A copy of the dashboard with one query broken: exactly that panel is in error. The
+    copy is named after the test's namespace (Perses' project is the cluster's: a test run
+    beside this one, `make test REPEAT=N`, posts its own copy)."""
+    name = f"broken-on-purpose-{viewer.namespace.rsplit('-', 1)[-1]}"
     broken = copy.deepcopy(perseslib.dashboard(base, perseslib.DASHBOARD))
-    broken["metadata"] = {"name": "broken-on-purpose", "project": perseslib.PROJECT}
+    broken["metadata"] = {"name": name, "project": perseslib.PROJECT}
     for item in broken["spec"]["panels"].values():
         if item["spec"]["display"]["name"] == BROKEN_PANEL:
             query = item["spec"]["queries"][0]["spec"]["plugin"]["spec"]
             query["query"] = query["query"].replace("[$__rate_interval]", "[$__rate_interval")
     perseslib.api(base, f"projects/{perseslib.PROJECT}/dashboards", broken, "POST")
     try:
-        found = viewer.look("broken-on-purpose")
+        found = viewer.look(name)
     finally:
-        perseslib.api(base, perseslib.dashboard_path("broken-on-purpose"), method="DELETE")
+        perseslib.api(base, perseslib.dashboard_path(name), method="DELETE")
     bad = perseslib.problems(found, viewer.expected)
     assert len(bad) == 1 and bad[0].split(": ")[0].endswith(BROKEN_PANEL), bad
     assert ": error: " in bad[0] and "parse error" in bad[0], bad
