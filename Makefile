@@ -84,14 +84,16 @@ lint: venv
 # node-fault test gives the operator's follower a node and each of the job's roles one.
 # Work side by side where the two cores would otherwise wait: the cluster's binaries and
 # images (build-all.sh, after the host's packages: apt runs one at a time) build while the
-# venv is installed; lint and docs (reports/lint.log, printed once the cluster is up) run
-# while the cluster comes up. Then the tests in two lanes at once, the local one from the
-# moment the venv is there (it needs no cluster):
-#   cluster  the tests that share the cluster, CLUSTER_WORKERS at a time (pytest-xdist;
-#            1: one after another, no xdist), each in namespaces of its own, the longest
-#            files first; then those that need it alone (marked exclusive: node faults,
+# venv is installed, and lint and docs (reports/lint.log, printed once the cluster is up)
+# run beside them. Then the tests in two lanes at once, the local one from the moment the
+# build is done (it needs no cluster; started earlier, it only slows a cold build's
+# compiles, and the cluster's bring-up mostly waits on the disk):
+#   cluster  first the tests that need the cluster alone (marked exclusive: node faults,
 #            the operator's hand-overs, a setting of every job, the RBAC run's forty
-#            operators), one at a time;
+#            operators), one at a time: they mostly wait on the cluster's own timers, so
+#            the local lane has the cores it leaves; then the tests that share the
+#            cluster, CLUSTER_WORKERS at a time (pytest-xdist; 1: one after another, no
+#            xdist), each in namespaces of its own, the longest files first;
 #   local    everything else (local TensorFlow processes, kmock, the chart), niced, in a
 #            process group of its own (a run that stops early ends all of it), its output
 #            in reports/pytest-local.log, printed after the cluster's.
@@ -121,12 +123,12 @@ CHECKS_LOG := reports/lint.log
 PYTEST_LOCAL = env SYNCREPLICAS_WARM_START=1 $(PY) -m pytest tests --ignore=tests/cluster \
 	-p no:cacheprovider --tb=short
 PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider --tb=short
-# The cluster's tests as both targets run them: the shared ones, then the exclusive ones
+# The cluster's tests as both targets run them: the exclusive ones, then the shared ones
 # (the shell's rc: 0 when both passed).
-CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
-		--junitxml=reports/junit-cluster-shared.xml; rc=$$?; \
-	$(PYTEST_CLUSTER) tests/cluster -m exclusive --junitxml=reports/junit-cluster-exclusive.xml \
-		|| rc=1
+CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m exclusive \
+		--junitxml=reports/junit-cluster-exclusive.xml; rc=$$?; \
+	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
+		--junitxml=reports/junit-cluster-shared.xml || rc=1
 SLOWEST := python3 hack/suite/slowest.py --waits reports/cluster-waits.tsv \
 	local=reports/junit-local.xml \
 	cluster=reports/junit-cluster-shared.xml cluster=reports/junit-cluster-exclusive.xml
@@ -137,13 +139,13 @@ test:
 	$(MAKE) --no-print-directory venv tools || { wait $$built; exit 1; }; \
 	mkdir -p reports; rm -f reports/junit-*.xml reports/cluster-waits.tsv; \
 	$(MAKE) --no-print-directory lint docs >$(CHECKS_LOG) 2>&1 & checked=$$!; \
-	python3 hack/suite/cpusample.py start reports; \
-	setsid nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml >$(LOCAL_TESTS_LOG) 2>&1 & \
-	local=$$!; \
-	stop() { kill -INT $$local; sleep 5; kill -KILL -- -$$local 2>/dev/null; wait $$local; \
-		python3 hack/suite/cpusample.py stop reports >/dev/null; \
+	python3 hack/suite/cpusample.py start reports; local=; \
+	stop() { [ -z "$$local" ] || { kill -INT $$local; sleep 5; kill -KILL -- -$$local 2>/dev/null; \
+		wait $$local; }; python3 hack/suite/cpusample.py stop reports >/dev/null; \
 		[ $$was_up = 1 ] || python3 $(CLUSTER)/cluster.py down; exit 1; }; \
 	wait $$built || stop; \
+	setsid nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml >$(LOCAL_TESTS_LOG) 2>&1 & \
+	local=$$!; \
 	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
 		BUILT=1 || stop; \
 	wait $$checked; checks=$$?; echo; echo "--- lint and docs ($(CHECKS_LOG)) ---"; \

@@ -3,8 +3,8 @@
 
     slowest.py [-n 25] [--waits FILE.tsv] LANE=FILE.xml [LANE=FILE.xml ...]
 
-A lane may have several files (the cluster's tests that share it, then those that need it
-alone): give the same LANE name again. A test's time is its setup, call and teardown (a
+A lane may have several files (the cluster's tests that need it alone, then those that
+share it): give the same LANE name again. A test's time is its setup, call and teardown (a
 module's fixture counts where it ran: with its first test). Missing files are said, not
 fatal: the run that should have written them failed before it could.
 

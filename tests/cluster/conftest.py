@@ -12,8 +12,10 @@ tests in one worker (its module's fixtures are made once), the files that add an
 kubemark's hollow nodes in one worker, one after the other. Those marked
 `exclusive` fault nodes, hand the operator over, change what every job gets or start
 the RBAC run's forty operators; they run one at a time with nothing else on the cluster
-(`-m exclusive`, no `-n`), and refuse to run in a run of several workers. With several
-workers the longest files are handed out first, so that no long one starts last.
+(`-m exclusive`, no `-n`; `make test` runs them first, beside the local lane, which takes
+the cores they leave while they wait on the cluster's timers), and refuse to run in a run
+of several workers. With several workers the longest files are handed out first, so that
+no long one starts last.
 """
 
 from __future__ import annotations
