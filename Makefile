@@ -85,9 +85,11 @@ lint: venv
 # Work side by side where the two cores would otherwise wait: the cluster's binaries and
 # images (build-all.sh, after the host's packages: apt runs one at a time) build while the
 # venv is installed, and lint and docs (reports/lint.log, printed once the cluster is up)
-# run beside them. Then the tests in two lanes at once, the local one from the moment the
-# build is done (it needs no cluster; started earlier, it only slows a cold build's
-# compiles, and the cluster's bring-up mostly waits on the disk):
+# run beside them; the cluster comes up as soon as what it needs is built, and takes the
+# runtime's image into its nodes (the disk's work) while the add-ons still compile
+# (build-all.sh --status, images.sh). Then the tests in two lanes at once, the local one
+# from the moment the build is done (it needs no cluster; started earlier, it would only
+# slow a cold build's compiles):
 #   cluster  first the tests that need the cluster alone (marked exclusive: node faults,
 #            the operator's hand-overs, a setting of every job, the RBAC run's forty
 #            operators), one at a time: they mostly wait on the cluster's own timers, so
@@ -117,6 +119,9 @@ CLUSTER_WORKERS ?= 2
 CLUSTER_SHARED = $(if $(filter-out 1,$(CLUSTER_WORKERS)),-n $(CLUSTER_WORKERS) --dist loadgroup \
 	--no-loadscope-reorder)
 LOCAL_TESTS_LOG := reports/pytest-local.log
+# How far make test's build-all.sh got (--status): the cluster comes up once its core is
+# built, and its images.sh waits for the rest before the add-ons' images.
+TEST_BUILD_STATUS := $(CURDIR)/reports/build-status
 CHECKS_LOG := reports/lint.log
 # The local lane's replicas are forked from one warm-start server per session (TensorFlow
 # imported once, not by every replica process: tests/support/tfcluster.py).
@@ -134,20 +139,23 @@ SLOWEST := python3 hack/suite/slowest.py --waits reports/cluster-waits.tsv \
 	cluster=reports/junit-cluster-shared.xml cluster=reports/junit-cluster-exclusive.xml
 test:
 	@$(CLUSTER)/install-host.sh && $(MAKE) --no-print-directory prometheus chromium || exit 1; \
-	was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; \
-	SYNCREPLICAS_KUEUE=1 SYNCREPLICAS_MONITORING=1 $(CLUSTER)/build-all.sh & built=$$!; \
+	was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; rm -rf $(TEST_BUILD_STATUS); \
+	SYNCREPLICAS_KUEUE=1 SYNCREPLICAS_MONITORING=1 $(CLUSTER)/build-all.sh --status $(TEST_BUILD_STATUS) & \
+	built=$$!; \
 	$(MAKE) --no-print-directory venv tools || { wait $$built; exit 1; }; \
 	mkdir -p reports; rm -f reports/junit-*.xml reports/cluster-waits.tsv; \
 	$(MAKE) --no-print-directory lint docs >$(CHECKS_LOG) 2>&1 & checked=$$!; \
 	python3 hack/suite/cpusample.py start reports; local=; \
 	stop() { [ -z "$$local" ] || { kill -INT $$local; sleep 5; kill -KILL -- -$$local 2>/dev/null; \
-		wait $$local; }; python3 hack/suite/cpusample.py stop reports >/dev/null; \
+		wait $$local; }; wait $$built; python3 hack/suite/cpusample.py stop reports >/dev/null; \
 		[ $$was_up = 1 ] || python3 $(CLUSTER)/cluster.py down; exit 1; }; \
-	wait $$built || stop; \
-	setsid nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml >$(LOCAL_TESTS_LOG) 2>&1 & \
+	$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) core || { wait $$built; stop; }; \
+	setsid bash -c '$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) all >/dev/null && \
+		exec nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml' >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
 	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
-		BUILT=1 || stop; \
+		BUILT=1 BUILD_STATUS=$(TEST_BUILD_STATUS) || stop; \
+	wait $$built || stop; \
 	wait $$checked; checks=$$?; echo; echo "--- lint and docs ($(CHECKS_LOG)) ---"; \
 	cat $(CHECKS_LOG); [ $$checks = 0 ] || stop; \
 	$(CLUSTER_TESTS); \
@@ -225,10 +233,12 @@ chart: tools
 # dashboard (install-monitoring.sh); MULTIKUEUE=1 (with KUEUE=1) a second cluster beside it,
 # MultiKueue's worker, to which Kueue here dispatches jobs of ClusterQueue multikueue
 # (install-multikueue.sh; its kubeconfig .cluster/worker/kubeconfig; `make cluster-down`
-# stops both). BUILT=1: build-all.sh has just run (make test).
+# stops both). BUILT=1: build-all.sh has just run (make test); BUILD_STATUS=DIR with it: it
+# is still running (build-all.sh --status DIR), and the add-ons wait for it (images.sh).
 CLUSTER_ENV := $(if $(filter 1,$(KUEUE)),SYNCREPLICAS_KUEUE=1) \
 	$(if $(filter 1,$(MONITORING)),SYNCREPLICAS_MONITORING=1)
-BUILT_ENV = $(if $(filter 1,$(BUILT)),SYNCREPLICAS_IMAGES_BUILT=1)
+BUILT_ENV = $(if $(filter 1,$(BUILT)),SYNCREPLICAS_IMAGES_BUILT=1 \
+	$(if $(BUILD_STATUS),SYNCREPLICAS_BUILD_STATUS=$(BUILD_STATUS)))
 # MULTIKUEUE=1: the worker cluster comes up beside this one's images, chart and Kueue (it
 # needs nothing of theirs; its output is printed when it is done), then the two connect.
 WORKER_LOG := .cluster/multikueue-worker.log

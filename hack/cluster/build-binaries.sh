@@ -22,21 +22,26 @@
 # Each lands in $CACHE/<name>-<version>/bin. With the binaries there it does nothing; with
 # the Go build cache warm a rebuild is a link step.
 #
-#   build-binaries.sh [--force] [--go | --perses]
+#   build-binaries.sh [--force] [--go | --go-core | --go-rest | --perses]
 #     --force   build again what is cached
-#     --go      all but Perses; --perses: Perses only (build-all.sh runs the two at once)
+#     --go      all but Perses: --go-core (Kubernetes, etcd, CoreDNS, kube-router, pause:
+#               what the cluster's bring-up needs) then --go-rest (Prometheus, Kueue, the
+#               Prometheus Operator); --perses: Perses only (build-all.sh runs the Go
+#               builds and the images' with Perses at once)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 . "$here/versions.env"
 CACHE="${SYNCREPLICAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncreplicas}"
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false"
-force="" go=1 perses=1
+force="" core=1 rest=1 perses=1
 for arg in "$@"; do
   case "$arg" in
     --force) force="$arg" ;;
     --go) perses=0 ;;
-    --perses) go=0 ;;
-    *) echo "build-binaries: unknown option $arg (--force, --go, --perses)" >&2; exit 2 ;;
+    --go-core) rest=0 perses=0 ;;
+    --go-rest) core=0 perses=0 ;;
+    --perses) core=0 rest=0 ;;
+    *) echo "build-binaries: unknown option $arg (--force, --go, --go-core, --go-rest, --perses)" >&2; exit 2 ;;
   esac
 done
 
@@ -90,8 +95,10 @@ kept_cached() {
   cached "$dir" "$@" && [[ "$(cat "$dir/kept" 2>/dev/null)" == "$kept" ]]
 }
 
-# The Go components, in the order above (the body is not indented: one section each).
-go_components() {
+# The Go components in two parts (the bodies are not indented: one section each). What a
+# cluster's bring-up needs first: its control plane and nodes, their DNS, network policy
+# and pod sandbox.
+go_core() {
 # Kubernetes -----------------------------------------------------------------------------
 k8s="$CACHE/kubernetes-$KUBERNETES_VERSION/bin"
 components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubemark)
@@ -134,6 +141,28 @@ if ! kept_cached "$coredns" "$kept" coredns; then
     "$kept" cut_coredns "-s -w" .
 fi
 
+# kube-router ----------------------------------------------------------------------------
+kube_router="$CACHE/kube-router-$KUBE_ROUTER_VERSION/bin"
+if ! cached "$kube_router" kube-router; then
+  kv="github.com/cloudnativelabs/kube-router/v2/pkg/version"
+  go_build "kube-router $KUBE_ROUTER_VERSION" "$kube_router" kube-router \
+    "-s -w -X $kv.Version=$KUBE_ROUTER_VERSION -X $kv.BuildDate=1970-01-01T00:00:00Z" tool
+fi
+
+# pause ----------------------------------------------------------------------------------
+pause="$CACHE/pause-$PAUSE_VERSION/bin"
+if ! cached "$pause" pause; then
+  src="$(cd "$here/kubernetes" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c"
+  mkdir -p "$pause"
+  gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION" -o "$pause/pause.tmp" "$src"
+  strip "$pause/pause.tmp" && mv "$pause/pause.tmp" "$pause/pause"
+  echo "build: pause $PAUSE_VERSION -> $pause"
+fi
+}
+
+# What only its add-ons need (make test loads the core's images into the nodes meanwhile):
+# Prometheus (also the host's, for test_monitoring.py), Kueue, the Prometheus Operator.
+go_rest() {
 # Prometheus -----------------------------------------------------------------------------
 # With the service discoveries of its plugins.yml cut down to Kubernetes' and DNS' (the ones
 # the Prometheus Operator's monitors produce; file and static ones are always there), and
@@ -155,14 +184,6 @@ if ! kept_cached "$prometheus" "$kept" prometheus promtool; then
     ./cmd/prometheus ./cmd/promtool
 fi
 
-# kube-router ----------------------------------------------------------------------------
-kube_router="$CACHE/kube-router-$KUBE_ROUTER_VERSION/bin"
-if ! cached "$kube_router" kube-router; then
-  kv="github.com/cloudnativelabs/kube-router/v2/pkg/version"
-  go_build "kube-router $KUBE_ROUTER_VERSION" "$kube_router" kube-router \
-    "-s -w -X $kv.Version=$KUBE_ROUTER_VERSION -X $kv.BuildDate=1970-01-01T00:00:00Z" tool
-fi
-
 # Kueue ----------------------------------------------------------------------------------
 # Only for `make cluster KUEUE=1` (~3 min cold on 2 cores: every job integration's API).
 kueue="$CACHE/kueue-$KUEUE_VERSION/bin"
@@ -174,16 +195,6 @@ if [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && ! cached "$kueue" manager; then
     tool
   # The package is sigs.k8s.io/kueue/cmd/kueue: its binary is named "kueue"; the image's is /manager.
   mv "$kueue/kueue" "$kueue/manager"
-fi
-
-# pause ----------------------------------------------------------------------------------
-pause="$CACHE/pause-$PAUSE_VERSION/bin"
-if ! cached "$pause" pause; then
-  src="$(cd "$here/kubernetes" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c"
-  mkdir -p "$pause"
-  gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION" -o "$pause/pause.tmp" "$src"
-  strip "$pause/pause.tmp" && mv "$pause/pause.tmp" "$pause/pause"
-  echo "build: pause $PAUSE_VERSION -> $pause"
 fi
 
 # Prometheus Operator --------------------------------------------------------------------
@@ -198,7 +209,6 @@ if [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] \
     "-s -w -X $pv.Version=${PROMETHEUS_OPERATOR_VERSION#v} -X $pv.Branch=release -X $pv.Revision=module" \
     tool
 fi
-
 }
 
 # Perses ---------------------------------------------------------------------------------
@@ -216,5 +226,6 @@ perses_build() {
   fi
 }
 
-if [[ $go == 1 ]]; then go_components; fi
+if [[ $core == 1 ]]; then go_core; fi
+if [[ $rest == 1 ]]; then go_rest; fi
 if [[ $perses == 1 ]]; then perses_build; fi

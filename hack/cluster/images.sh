@@ -29,6 +29,10 @@
 #                                binaries needed: build-all.sh runs it beside the Go builds)
 #   SYNCREPLICAS_IMAGES_BUILT=1  the operator and runtime images as they are (build-all.sh
 #                                has just built them), not looked at again
+#   SYNCREPLICAS_BUILD_STATUS=D  build-all.sh --status D is still building the add-ons'
+#                                binaries: the pause, operator and runtime images are loaded
+#                                first, then it waits for that build (build-all.sh --await)
+#                                before it makes and loads Kueue's and the monitoring's
 #   images.sh --operator-tag T   also an operator image tagged T (the operator image with
 #                                one more label: a new image ID, as a release would have),
 #                                loaded like the others: what an upgrade test rolls to
@@ -69,6 +73,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 # pause ----------------------------------------------------------------------------------
+mkdir -p "$CACHE"
+[[ $python_only == 1 ]] || { exec 8>"$CACHE/images.lock"; flock 8; }
 if [[ $python_only == 0 ]] && ! exists "$PAUSE"; then
   pause_bin="$CACHE/pause-$PAUSE_VERSION/bin/pause"
   [[ -x "$pause_bin" ]] || { echo "images: $pause_bin missing: run build-binaries.sh" >&2; exit 1; }
@@ -78,6 +84,7 @@ if [[ $python_only == 0 ]] && ! exists "$PAUSE"; then
   buildah commit --quiet --rm "$c" "$PAUSE" >/dev/null
   say "built $PAUSE"
 fi
+[[ $python_only == 1 ]] || flock -u 8
 
 # images of one static binary ----------------------------------------------------------
 # Kueue's manager and the Prometheus Operator's, its reloader's and Prometheus's images, on
@@ -96,27 +103,6 @@ binary_image() {  # binary_image NAME USER ENTRYPOINT SRC:DST...
   buildah commit --quiet --rm "$c" "$name" >/dev/null
   say "built $name ($(buildah images --format '{{.Size}}' "$name" | head -1))"
 }
-if [[ $python_only == 0 && "${SYNCREPLICAS_KUEUE:-}" == 1 ]]; then
-  # As its Dockerfile makes it: /manager, user 65532.
-  binary_image "$KUEUE" 65532:65532 /manager "$CACHE/kueue-$KUEUE_VERSION/bin/manager:/manager"
-fi
-if [[ $python_only == 0 && "${SYNCREPLICAS_MONITORING:-}" == 1 ]]; then
-  po="$CACHE/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/bin"
-  binary_image "$PROM_OPERATOR" 65534:65534 /bin/operator "$po/operator:/bin/operator"
-  binary_image "$PROM_RELOADER" 65534:65534 /bin/prometheus-config-reloader \
-    "$po/prometheus-config-reloader:/bin/prometheus-config-reloader"
-  # Prometheus's data directory /prometheus is the operator's volume; its pod runs as the
-  # Prometheus resource's securityContext says (the operator's default: 1000, fsGroup 2000).
-  pb="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"
-  binary_image "$PROMETHEUS" 65534:65534 /bin/prometheus \
-    "$pb/prometheus:/bin/prometheus" "$pb/promtool:/bin/promtool"
-  # As its Dockerfile lays it out; its data (/perses) and unpacked plugins
-  # (/etc/perses/plugins) are the pod's volumes. mime.types: the types of the UI's files.
-  pe="$CACHE/perses-$PERSES_VERSION"
-  binary_image "$PERSES" 65534:65534 /bin/perses \
-    "$pe/bin/perses:/bin/perses" "$pe/bin/percli:/bin/percli" \
-    "$pe/plugins:/etc/perses/plugins-archive" "/etc/mime.types:/etc/mime.types"
-fi
 
 # base -----------------------------------------------------------------------------------
 if ! exists "$BASE"; then
@@ -161,32 +147,10 @@ done
 # Every rebuild leaves the last one's images behind (GBs each): gone, but for the cache.
 python3 "$here/prune-images.py"
 
-loads=("$PAUSE" "$OPERATOR" "$RUNTIME")
-[[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && loads+=("$KUEUE")
-[[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] && loads+=("$PROM_OPERATOR" "$PROM_RELOADER" "$PROMETHEUS" "$PERSES")
-if [[ -n $variant ]]; then
-  name="${OPERATOR%:*}:$variant"
-  # Made again whenever the operator image changed (the variant records which it copies).
-  from="$(image_id "$OPERATOR")"
-  if ! exists "$name" || [[ "$(buildah inspect --type image \
-      --format '{{index .ImageAnnotations "syncreplicas.io/from"}}' "$name")" != "$from" ]]; then
-    exists "$name" && buildah rmi "$name" >/dev/null
-    c="$(buildah from --pull-never "$OPERATOR")"
-    buildah config --label "org.opencontainers.image.version=$variant" \
-      --annotation "syncreplicas.io/from=$from" "$c"
-    buildah commit --quiet --rm "$c" "$name" >/dev/null
-    say "built $name"
-  fi
-  loads+=("$name")
-fi
-
-[[ $build_only == 1 ]] && exit 0
-
 # load into every node's containerd ------------------------------------------------------
 # One archive per image, imported into each node that lacks it (in parallel).
-mapfile -t nodes < <(python3 "$here/cluster.py" sockets)
-((${#nodes[@]})) || { echo "images: no nodes: run cluster.py up" >&2; exit 1; }
-for name in "${loads[@]}"; do
+load() {  # load NAME...
+for name in "$@"; do
   id="$(image_id "$name")"
   key="$(echo "$name" | tr '/:' '__')"
   todo=()
@@ -215,6 +179,65 @@ for name in "${loads[@]}"; do
   rm -f "$work/image.tar"
   say "loaded $name into ${#todo[@]} node(s) in $((SECONDS - t)) s"
 done
+}
+
+if [[ $build_only == 0 ]]; then
+  mapfile -t nodes < <(python3 "$here/cluster.py" sockets)
+  ((${#nodes[@]})) || { echo "images: no nodes: run cluster.py up" >&2; exit 1; }
+  # The images of the cluster's own pods first: the runtime's gigabytes go into the nodes
+  # while build-all.sh may still compile the add-ons' binaries (SYNCREPLICAS_BUILD_STATUS).
+  load "$PAUSE" "$OPERATOR" "$RUNTIME"
+fi
+if [[ -n "${SYNCREPLICAS_BUILD_STATUS:-}" ]]; then
+  "$here/build-all.sh" --await "$SYNCREPLICAS_BUILD_STATUS" all
+fi
+loads=()
+# One maker of these at a time (the worker cluster's images.sh runs beside this one).
+mkdir -p "$CACHE"
+exec 8>"$CACHE/images.lock"
+flock 8
+if [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]]; then
+  # As its Dockerfile makes it: /manager, user 65532.
+  binary_image "$KUEUE" 65532:65532 /manager "$CACHE/kueue-$KUEUE_VERSION/bin/manager:/manager"
+fi
+if [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]]; then
+  po="$CACHE/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/bin"
+  binary_image "$PROM_OPERATOR" 65534:65534 /bin/operator "$po/operator:/bin/operator"
+  binary_image "$PROM_RELOADER" 65534:65534 /bin/prometheus-config-reloader \
+    "$po/prometheus-config-reloader:/bin/prometheus-config-reloader"
+  # Prometheus's data directory /prometheus is the operator's volume; its pod runs as the
+  # Prometheus resource's securityContext says (the operator's default: 1000, fsGroup 2000).
+  pb="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"
+  binary_image "$PROMETHEUS" 65534:65534 /bin/prometheus \
+    "$pb/prometheus:/bin/prometheus" "$pb/promtool:/bin/promtool"
+  # As its Dockerfile lays it out; its data (/perses) and unpacked plugins
+  # (/etc/perses/plugins) are the pod's volumes. mime.types: the types of the UI's files.
+  pe="$CACHE/perses-$PERSES_VERSION"
+  binary_image "$PERSES" 65534:65534 /bin/perses \
+    "$pe/bin/perses:/bin/perses" "$pe/bin/percli:/bin/percli" \
+    "$pe/plugins:/etc/perses/plugins-archive" "/etc/mime.types:/etc/mime.types"
+fi
+flock -u 8
+[[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && loads+=("$KUEUE")
+[[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] && loads+=("$PROM_OPERATOR" "$PROM_RELOADER" "$PROMETHEUS" "$PERSES")
+if [[ -n $variant ]]; then
+  name="${OPERATOR%:*}:$variant"
+  # Made again whenever the operator image changed (the variant records which it copies).
+  from="$(image_id "$OPERATOR")"
+  if ! exists "$name" || [[ "$(buildah inspect --type image \
+      --format '{{index .ImageAnnotations "syncreplicas.io/from"}}' "$name")" != "$from" ]]; then
+    exists "$name" && buildah rmi "$name" >/dev/null
+    c="$(buildah from --pull-never "$OPERATOR")"
+    buildah config --label "org.opencontainers.image.version=$variant" \
+      --annotation "syncreplicas.io/from=$from" "$c"
+    buildah commit --quiet --rm "$c" "$name" >/dev/null
+    say "built $name"
+  fi
+  loads+=("$name")
+fi
+
+[[ $build_only == 1 ]] && exit 0
+load "${loads[@]}"
 
 # Old images off every node ----------------------------------------------------------------
 # A name loaded again moves to the new image; the old one stays under its ID (a
