@@ -372,6 +372,19 @@ def hold_updates(ctx: Context) -> int | None:
     return None
 
 
+def release_hold(ctx: Context) -> None:
+    """The chief's hold withdrawn once its SIGTERM checkpoint is written. A PS 0 that stops
+    too (the whole job at SIGTERM) waits for this withdrawal and exits as soon as it reads
+    it, which can be before the call returns here: then the call fails as PS 0's
+    connection closes, and that is no failure of the checkpoint."""
+    if ctx.protocol is None:
+        return
+    try:
+        ctx.protocol.withdraw_handover(CHIEF_SLOT)
+    except PEER_ERRORS as err:
+        ctx.log(f"SIGTERM: PS 0 gone as the hold was withdrawn ({peer_error(err)})")
+
+
 def graceful_stop(ctx: Context) -> None:
     """SIGTERM on the chief: checkpoint the latest update and exit 143 (the others train on
     without it). The updates are held while the checkpoint is written, so that it holds
@@ -394,14 +407,14 @@ def graceful_stop(ctx: Context) -> None:
                 global_step = int(sess.run(training.global_step))
                 path = save_checkpoint(sess, training, ctx.cfg.training.checkpoint_dir,
                                        global_step, ctx.log)
-                if held is not None:
-                    ctx.protocol.withdraw_handover(CHIEF_SLOT)
                 ctx.log(f"SIGTERM: checkpoint at global step {global_step} "
                         + ("with the updates held" if held is not None
                            else "while the updates went on (PS 0 did not hold them)")
                         + f", {time.monotonic() - t0:.2f}s")
                 reason += (f" after writing {os.path.basename(path)}" if path
                            else " (its checkpoint refused: the directory holds a newer one)")
+                if held is not None:
+                    release_hold(ctx)
         except Exception as err:  # still exit: the orchestrator is waiting
             if (fence := superseded_by(err)) is not None:  # a newer chief holds slot 0
                 ctx.exit_now(exitcodes.FENCED, exitcodes.fenced_reason(
