@@ -149,7 +149,7 @@ test:
 	stop() { [ -z "$$local" ] || { kill -INT $$local; sleep 5; kill -KILL -- -$$local 2>/dev/null; \
 		wait $$local; }; wait $$built; python3 hack/suite/cpusample.py stop reports >/dev/null; \
 		[ $$was_up = 1 ] || python3 $(CLUSTER)/cluster.py down; exit 1; }; \
-	$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) core || { wait $$built; stop; }; \
+	$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) core || stop; \
 	setsid bash -c '$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) all >/dev/null && \
 		exec nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml' >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \

@@ -72,9 +72,13 @@ image_id() { buildah inspect --type image --format '{{.FromImageID}}' "$1"; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# pause ----------------------------------------------------------------------------------
+# The images made from binaries (pause's, the add-ons'), one maker at a time: the worker
+# cluster's images.sh runs beside this one (flock 8 ... flock -u 8 around each).
 mkdir -p "$CACHE"
-[[ $python_only == 1 ]] || { exec 8>"$CACHE/images.lock"; flock 8; }
+exec 8>"$CACHE/images.lock"
+
+# pause ----------------------------------------------------------------------------------
+[[ $python_only == 1 ]] || flock 8
 if [[ $python_only == 0 ]] && ! exists "$PAUSE"; then
   pause_bin="$CACHE/pause-$PAUSE_VERSION/bin/pause"
   [[ -x "$pause_bin" ]] || { echo "images: $pause_bin missing: run build-binaries.sh" >&2; exit 1; }
@@ -192,9 +196,6 @@ if [[ -n "${SYNCREPLICAS_BUILD_STATUS:-}" ]]; then
   "$here/build-all.sh" --await "$SYNCREPLICAS_BUILD_STATUS" all
 fi
 loads=()
-# One maker of these at a time (the worker cluster's images.sh runs beside this one).
-mkdir -p "$CACHE"
-exec 8>"$CACHE/images.lock"
 flock 8
 if [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]]; then
   # As its Dockerfile makes it: /manager, user 65532.
