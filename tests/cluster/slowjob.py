@@ -24,6 +24,11 @@ SNAPSHOT_EVERY = 10
 # 1 PS, a chief and 2 workers takes 0.44 of a core at 100 ms (8.1 steps/s), 0.93 at 25 ms
 # and 1.50 (up to 1.78, the whole machine) at none (bench/jobpace.py, CONTRIBUTING.md).
 DELAY_MS = 100
+# The pace of a job that trains for the whole of a test that only watches it (the
+# dashboard's and the alerts' tests: maxSteps out of reach, the number of steps proves
+# nothing there): fewer steps for as long as the test runs, and less CPU (bench/jobpace.py:
+# 0.31 cores at 200 ms against 0.44 at 100; the CPU of a step grows as the steps thin out).
+WATCHED_DELAY_MS = 300
 STEP_DELAY_ENV = "SYNCREPLICAS_DEBUG_STEP_DELAY_MS"
 # The job that a whole sequence of faults hits (manifest() below) goes four times slower,
 # with a quarter of the steps: at most about 3.75 updates/s, so 3000 steps still take 13

@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from tests.cluster import kube, perseslib
+from tests.cluster.slowjob import WATCHED_DELAY_MS
 from tests.cluster.test_failures import JOB, job, pod, recovered, status, step_of
 from tests.cluster.test_queues import QUEUE_LABEL, namespace_queue, queued_job
 
@@ -141,7 +142,8 @@ def test_every_panel_is_drawn_with_data_through_a_chief_loss_a_resize_and_a_ps_l
     time.sleep(15)
     cq = queue(namespace)
     manifest = job(workers=2, replicasToAggregate=2, minReplicasToAggregate=1,
-                   elasticPolicy={"minWorkers": 1, "maxWorkers": 4})  # fmt: skip
+                   elasticPolicy={"minWorkers": 1, "maxWorkers": 4},
+                   delay_ms=WATCHED_DELAY_MS)  # fmt: skip
     manifest["spec"]["training"].update({"maxSteps": 100000, "snapshotEverySteps": 10})
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
     assert small["metadata"]["labels"][QUEUE_LABEL] == "lq"

@@ -38,10 +38,10 @@ SNAPSHOT_EVERY = 10
 MAX_STEPS = 750
 
 
-def job(shared: Path | None = None, **spec: Any) -> dict[str, Any]:
-    """The linear example, slowed by slowjob's step delay in every replica so that faults
-    land while it trains; with ``shared``, the delay is read from a file there (slowjob's
-    fault pace, set by the test), and lifting it ends the job soon."""
+def job(shared: Path | None = None, delay_ms: int = DELAY_MS, **spec: Any) -> dict[str, Any]:
+    """The linear example, slowed by a step delay of ``delay_ms`` in every replica so that
+    faults land while it trains; with ``shared``, the delay is read from a file there
+    (slowjob's fault pace, set by the test), and lifting it ends the job soon."""
     manifest = yaml.safe_load((kube.REPO / "examples" / "linear.yaml").read_text())
     manifest["metadata"]["name"] = JOB
     manifest["spec"].update({"workers": 2, "replicasToAggregate": 2, "parameterServers": 1})
@@ -50,7 +50,7 @@ def job(shared: Path | None = None, **spec: Any) -> dict[str, Any]:
          "logEverySteps": 500, "evalEverySteps": 0}
     )
     manifest["spec"]["runPolicy"] = {"restartPolicy": "OnFailure", "backoffLimit": 6}
-    container: dict[str, Any] = {"name": "syncreplicas", "env": [step_delay(DELAY_MS)]}
+    container: dict[str, Any] = {"name": "syncreplicas", "env": [step_delay(delay_ms)]}
     template: dict[str, Any] = {"containers": [container]}
     if shared is not None:
         container, volume = delayed(container, shared)

@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from tests.cluster import kube
+from tests.cluster.slowjob import WATCHED_DELAY_MS
 from tests.cluster.test_failures import (
     JOB,
     advancing,
@@ -168,7 +169,8 @@ def degraded(namespace: str) -> str:
 @pytest.mark.timeout(900)
 def test_dashboard_and_alerts_on_a_degraded_job(namespace: str, prometheus: ClusterPrometheus,
                                                 quick_alerts: list[str], tmp_path: Path) -> None:
-    manifest = job(workers=1, replicasToAggregate=2, minReplicasToAggregate=1)
+    manifest = job(workers=1, replicasToAggregate=2, minReplicasToAggregate=1,
+                   delay_ms=WATCHED_DELAY_MS)
     manifest["spec"]["training"].update({"maxSteps": 100000, "checkpointEverySteps": 100})
     # The worker's pods go only where this label is: on every node until it is kept away.
     hold = "syncreplicas.io/" + f"keep-{namespace}"[:63].rstrip("-")
@@ -242,7 +244,7 @@ def chief_restarts(namespace: str) -> float | None:
 def test_chief_restarting_repeatedly_alert_and_exit_code_restarts(
     namespace: str, prometheus: ClusterPrometheus, quick_alerts: list[str]
 ) -> None:
-    manifest = job(workers=2, replicasToAggregate=2)  # one backup replica
+    manifest = job(workers=2, replicasToAggregate=2, delay_ms=WATCHED_DELAY_MS)  # a backup
     manifest["spec"]["runPolicy"] = {"restartPolicy": "ExitCode", "backoffLimit": 3}
     manifest["spec"]["training"].update({"maxSteps": 100000, "checkpointEverySteps": 100})
     kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
