@@ -32,7 +32,10 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 . "$here/versions.env"
 CACHE="${SYNCREPLICAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncreplicas}"
-export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false"
+# -dwarf=false: the compiler writes no debug information, which the linker's -w (every
+# build below) would drop anyway; an empty build cache's etcd took 11% less CPU and time
+# (59.9 against 68.4 core-s, 31.5 against 35.8 s: medians of 3, interleaved, 2026-12-05).
+export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false -gcflags=all=-dwarf=false"
 force="" core=1 rest=1 perses=1
 for arg in "$@"; do
   case "$arg" in

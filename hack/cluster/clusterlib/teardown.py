@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import time
@@ -163,7 +164,8 @@ def clean_iptables() -> None:
         for table, rule in rules:
             chain = rule.split()[1]
             if not chain.startswith(CHAIN_PREFIXES):
-                spec = rule.split()[2:]
+                # As iptables-save quotes them: a comment of several words is one argument.
+                spec = shlex.split(rule)[2:]
                 run(binary, "-w", "-t", table, "-D", chain, *spec, check=False)
         for table, chain in chains:
             run(binary, "-w", "-t", table, "-F", chain, check=False)

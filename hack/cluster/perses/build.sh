@@ -20,7 +20,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 out="$1"
 t=$SECONDS
 say() { echo "build: perses: $*"; }
-export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
+# -dwarf=false: no debug information compiled (build-binaries.sh says why).
+export GOFLAGS="-mod=mod -buildvcs=false -gcflags=all=-dwarf=false" CGO_ENABLED=0
 # A module's source directory, downloaded first (`go list -m` alone does not download).
 moddir() { (cd "$here" && go mod download "$1" && go list -m -f '{{.Dir}}' "$1"); }
 modversion() { (cd "$here" && go list -m -f '{{.Version}}' "$1"); }
