@@ -109,10 +109,10 @@ ifdef REPEAT
 export SYNCREPLICAS_REPEAT := $(REPEAT)
 endif
 # Three: the shared cluster tests three at a time (pytest-xdist, a file's tests in one
-# worker). They run after the exclusive ones, when the local lane is done or nearly: alone,
-# three at a time took 10.7 min against 12.8 two at a time (the machine 87% busy against
-# 70%: much of each test waits on the cluster's timers). 1: one after another, without
-# xdist (CONTRIBUTING.md, "Where the time goes", has the counts measured).
+# worker). They run after the exclusive ones, beside the end of the local lane: alone on a
+# running cluster, three at a time took 10.7 and 12.1 min against 12.8 two at a time (the
+# machine 87% busy against 70%: much of each test waits on the cluster's timers). 1: one
+# after another, without xdist (CONTRIBUTING.md, "Where the time goes", has the counts).
 CLUSTER_WORKERS ?= 3
 # --no-loadscope-reorder: the files in tests/cluster/conftest.py's order, longest first
 # (xdist's own order is by the number of tests in a file: test_api's 200 short ones first,
