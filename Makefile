@@ -111,7 +111,7 @@ endif
 # Three: the shared cluster tests three at a time (pytest-xdist, a file's tests in one
 # worker). They run after the exclusive ones, beside the end of the local lane: alone on a
 # running cluster, three at a time took 10.7 and 12.1 min against 12.8 two at a time (the
-# machine 87% busy against 70%: much of each test waits on the cluster's timers). 1: one
+# machine 93-94% busy against 78%: much of each test waits on the cluster's timers). 1: one
 # after another, without xdist (CONTRIBUTING.md, "Where the time goes", has the counts).
 CLUSTER_WORKERS ?= 3
 # --no-loadscope-reorder: the files in tests/cluster/conftest.py's order, longest first
