@@ -139,14 +139,14 @@ def test_quota_waits_priority_preempts_and_the_preempted_job_resumes_from_its_ch
         with CheckpointWatch(shared / "checkpoints") as checkpoints:
             # 1. L admitted and training; a job without the label runs beside it.
             apply(queued_job("low", shared, "low", steps=750))
-            apply(queued_job("plain", None, None, steps=100, queue=None))
+            apply(queued_job("plain", None, None, steps=200, queue=None))
             kube.eventually("L training", lambda: (chief_step(namespace, "low") or 0) >= 10, 240)
             assert [w["metadata"]["labels"]["syncreplicas.io/job-name"]
                     for w in workloads(namespace)] == ["low"]  # fmt: skip
             assert kube.finished(namespace, "plain", 240)["phase"] == "Succeeded"
 
             # 2. W waits with Kueue's reason.
-            apply(queued_job("waits", None, "low", steps=100))
+            apply(queued_job("waits", None, "low", steps=300))
             said = kube.eventually("W held with Kueue's reason", lambda: (
                 c := suspended(namespace, "waits")) and "insufficient" in c["message"]
                 and c, 120)  # fmt: skip
@@ -156,7 +156,7 @@ def test_quota_waits_priority_preempts_and_the_preempted_job_resumes_from_its_ch
 
             # 3. H preempts L.
             before = chief_step(namespace, "low") or 0
-            apply(queued_job("high", None, "high", steps=100))
+            apply(queued_job("high", None, "high", steps=300))
             evicted = kube.eventually("L evicted", lambda: (
                 c := suspended(namespace, "low")) and c["reason"] == "EvictedByKueue" and c, 120)
             assert "Preempted" in evicted["message"], evicted
