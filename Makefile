@@ -244,8 +244,8 @@ BUILT_ENV = $(if $(filter 1,$(BUILT)),SYNCREPLICAS_IMAGES_BUILT=1 \
 # needs nothing of theirs; its output is printed when it is done), then the two connect.
 WORKER_LOG := .cluster/multikueue-worker.log
 # KUEUE=1: Kueue installs beside the monitoring stack and the chart (it needs only the
-# SyncReplicasJob CRD, applied first: its MultiKueue adapter and external framework name
-# the kind); its output is printed when it is done.
+# SyncReplicasJob CRD, which install-kueue.sh applies first); its output is printed when it
+# is done.
 KUEUE_LOG := .cluster/kueue-install.log
 cluster: tools
 	$(CLUSTER)/install-host.sh
@@ -256,9 +256,7 @@ cluster: tools
 	$(if $(filter 1,$(MULTIKUEUE)),{ $(BUILT_ENV) $(CLUSTER)/install-multikueue.sh --worker \
 		>$(WORKER_LOG) 2>&1 & worker=$$!; };) \
 	$(BUILT_ENV) $(CLUSTER_ENV) $(CLUSTER)/images.sh && \
-	$(if $(filter 1,$(KUEUE)),$(TOOLS)/kubectl --kubeconfig .cluster/kubeconfig apply \
-		--server-side --force-conflicts -f charts/syncreplicas/crds/ >/dev/null && \
-		{ $(CLUSTER)/install-kueue.sh >$(KUEUE_LOG) 2>&1 & kueue=$$!; } &&) \
+	$(if $(filter 1,$(KUEUE)),{ $(CLUSTER)/install-kueue.sh >$(KUEUE_LOG) 2>&1 & kueue=$$!; } &&) \
 	$(if $(filter 1,$(MONITORING)),$(CLUSTER)/install-monitoring.sh &&) \
 	$(CLUSTER)/install-chart.sh $(if $(filter 1,$(KUEUE)),--set kueue.enabled=true) \
 		$(if $(filter 1,$(MULTIKUEUE)),--set kueue.multiKueue=true) \

@@ -41,6 +41,12 @@ tag="$(sed -n 's/^ *newTag: *//p' "$here/kueue/overlay/kustomization.yaml")"
 module="$(cd "$here/kueue" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
 [[ -d "$module/config/default" ]] || { echo "kueue: no $module/config/default" >&2; exit 1; }
 
+# Kueue's Configuration names the SyncReplicasJob kind (its external framework, the
+# MultiKueue adapter): the kind is served before the manager starts, so the chart's CRD is
+# applied first (as install-chart.sh applies it; `make cluster` runs the two side by side).
+"$kubectl" apply --server-side --force-conflicts \
+  -f "$repo/charts/syncreplicas/crds/" >/dev/null
+
 # Render ---------------------------------------------------------------------------------
 # kustomize takes no absolute path to a base: the module's config/ (read-only in the module
 # cache) is copied beside a copy of the overlay, which refers to it as ../config. A third

@@ -139,4 +139,6 @@ def test_runtime_code_is_a_layer_of_its_own_after_the_dependencies() -> None:
     runs = [" ".join(c.value) for c in of(cmds, "RUN") if "pip install" in " ".join(c.value)]
     deps, code = runs
     assert "--prefix=/install" in deps and "-r requirements.txt" in deps
+    # Only the headers of TensorFlow go: the package it imports stays whole.
+    assert deps.endswith("&& rm -r /install/lib/python3*/site-packages/tensorflow/include")
     assert "--prefix=/app" in code and "--no-deps" in code and "./runtime" in code
