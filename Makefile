@@ -126,9 +126,11 @@ TEST_BUILD_STATUS := $(CURDIR)/reports/build-status
 CHECKS_LOG := reports/lint.log
 # The local lane's replicas are forked from one warm-start server per session (TensorFlow
 # imported once, not by every replica process: tests/support/tfcluster.py).
-PYTEST_LOCAL = env SYNCREPLICAS_WARM_START=1 $(PY) -m pytest tests --ignore=tests/cluster \
-	-p no:cacheprovider --tb=short
-PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 $(PY) -m pytest -p no:cacheprovider --tb=short
+# Each lane appends its failures to reports/failures-<lane>.log as they happen.
+PYTEST_LOCAL = env SYNCREPLICAS_WARM_START=1 SYNCREPLICAS_FAILURES_LOG=$(CURDIR)/reports/failures-local.log \
+	$(PY) -m pytest tests --ignore=tests/cluster -p no:cacheprovider --tb=short
+PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 SYNCREPLICAS_FAILURES_LOG=$(CURDIR)/reports/failures-cluster.log \
+	$(PY) -m pytest -p no:cacheprovider --tb=short
 # The cluster's tests as both targets run them: the exclusive ones, then the shared ones
 # (the shell's rc: 0 when both passed).
 CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m exclusive \
@@ -144,7 +146,7 @@ test:
 	SYNCREPLICAS_KUEUE=1 SYNCREPLICAS_MONITORING=1 $(CLUSTER)/build-all.sh --status $(TEST_BUILD_STATUS) & \
 	built=$$!; \
 	$(MAKE) --no-print-directory venv tools || { wait $$built; exit 1; }; \
-	mkdir -p reports; rm -f reports/junit-*.xml reports/cluster-waits.tsv; \
+	mkdir -p reports; rm -f reports/junit-*.xml reports/cluster-waits.tsv reports/failures-*.log; \
 	$(MAKE) --no-print-directory lint docs >$(CHECKS_LOG) 2>&1 & checked=$$!; \
 	python3 hack/suite/cpusample.py start reports; local=; \
 	stop() { [ -z "$$local" ] || { kill -INT $$local; sleep 5; kill -KILL -- -$$local 2>/dev/null; \
@@ -173,13 +175,13 @@ test:
 #                                           of `make cluster KUEUE=1 MONITORING=1` (running)
 #   make test-cluster                       all of them, as make test runs them
 test-local: venv tools
-	@mkdir -p reports
+	@mkdir -p reports; rm -f reports/failures-local.log
 	$(PYTEST_LOCAL) --junitxml=reports/junit-local.xml; rc=$$?; \
 	python3 hack/suite/slowest.py local=reports/junit-local.xml; exit $$rc
 
 test-cluster: venv tools
 	@python3 $(CLUSTER)/cluster.py is-up || { echo "no cluster: make cluster KUEUE=1 MONITORING=1"; exit 1; }
-	@mkdir -p reports; rm -f reports/junit-cluster-*.xml reports/cluster-waits.tsv; \
+	@mkdir -p reports; rm -f reports/junit-cluster-*.xml reports/cluster-waits.tsv reports/failures-cluster.log; \
 	if [ -n "$(TESTS)" ]; then \
 		$(PYTEST_CLUSTER) $(TESTS) --junitxml=reports/junit-cluster-chosen.xml; rc=$$?; \
 		python3 hack/suite/slowest.py --waits reports/cluster-waits.tsv \

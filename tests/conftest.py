@@ -1,16 +1,22 @@
-"""Repeats, for the tests that have failed only under the suite's own load.
+"""Repeats, for the tests that have failed only under the suite's own load; a log of the
+failures as they happen.
 
 `make test REPEAT=5` (SYNCREPLICAS_REPEAT=5) runs each test named in tests/under-load.txt
 five times inside the full run, in its own lane and beside everything else, as the suite
 loads the machine: a bound that holds once but not under that load shows there. Each
-repeat is a test of its own (``[run1]`` ... ``[run5]``), and
-a cluster test's repeats go to pytest-xdist workers of their own (tests/cluster/conftest.py
-groups them by repeat), so they run side by side as the file's first run does.
+repeat is a test of its own (``[run1]`` ... ``[run5]``); a cluster test's repeats stay in
+its file's pytest-xdist group (tests/cluster/conftest.py), so they run one after another,
+each beside the other workers' tests as the first run is, and not beside each other.
+
+`make test` names a file per lane in SYNCREPLICAS_FAILURES_LOG: each failed test's report
+is appended to it when the test fails, so a long run's failures can be read while it runs,
+and a run stopped before pytest's own summary keeps them.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -51,3 +57,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def under_load_run(request: pytest.FixtureRequest) -> int:
     """Which of the repeats this is (1 for the test's own run)."""
     return int(request.param)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A failed test's report (a crashed xdist worker's too) into SYNCREPLICAS_FAILURES_LOG,
+    written by the process that prints the run's summary (not by xdist's workers, whose
+    reports reach it as they come)."""
+    path = os.environ.get("SYNCREPLICAS_FAILURES_LOG")
+    if not path or not report.failed or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    with open(path, "a") as log:
+        log.write(f"=== {time.strftime('%H:%M:%S')} FAILED {report.nodeid} ({report.when}, "
+                  f"{report.duration:.1f} s)\n{report.longreprtext}\n\n")

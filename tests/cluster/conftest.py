@@ -59,13 +59,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     for item in ours:
         name = os.path.basename(str(item.fspath)).removesuffix(".py")
-        group = SAME_WORKER.get(name, name)
-        # A repeat of `make test REPEAT=N` (tests/conftest.py) in a group of its own: the
-        # repeats run side by side, as the file's first run does with the others.
-        run = getattr(getattr(item, "callspec", None), "params", {}).get("under_load_run", 1)
-        if run > 1 and name not in SAME_WORKER:
-            group = f"{group}-run{run}"
-        item.add_marker(pytest.mark.xdist_group(group))
+        # The repeats of `make test REPEAT=N` (tests/conftest.py) stay in their file's group:
+        # one after another, each beside the other workers' tests. In groups of their own
+        # they ran beside each other: three browser tests at once, five test_job runs, a
+        # load no `make test` makes.
+        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(name, name)))
     if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1":
         mine = {id(item) for item in ours}
         items.sort(key=lambda item: rank(item) if id(item) in mine else -1)
