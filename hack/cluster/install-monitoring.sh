@@ -52,15 +52,38 @@ resources:
 - prometheus-cluster-role-binding.yaml
 EOF
 "$kubectl" kustomize "$work" > "$work/install.yaml"
+# The CRDs apart from the rest: the operator looks once, as it starts, at which of them the
+# API serves (discovery), and runs no controller for one it did not find.
+python3 - "$work" <<'PY'
+import sys
+from pathlib import Path
+work = Path(sys.argv[1])
+docs = (work / "install.yaml").read_text().split("\n---\n")
+crds = [d for d in docs if "\nkind: CustomResourceDefinition\n" in f"\n{d}\n"]
+(work / "crds.yaml").write_text("\n---\n".join(crds) + "\n")
+(work / "rest.yaml").write_text("\n---\n".join(d for d in docs if d not in crds) + "\n")
+PY
 
 # Apply and wait -------------------------------------------------------------------------
 "$kubectl" create namespace "$ns" --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
 # Server-side: the CRDs are too large for a client-side apply's annotation.
-"$kubectl" apply --server-side --force-conflicts -f "$work/install.yaml" >/dev/null
+"$kubectl" apply --server-side --force-conflicts -f "$work/crds.yaml" >/dev/null
 "$kubectl" wait --for=condition=Established --timeout=60s \
   crd/prometheuses.monitoring.coreos.com crd/podmonitors.monitoring.coreos.com \
   crd/servicemonitors.monitoring.coreos.com crd/prometheusrules.monitoring.coreos.com \
   >/dev/null || fail "the CRDs are not established"
+# Established is not yet served: wait until discovery lists them, as the operator reads it.
+for _ in $(seq 60); do
+  served="$("$kubectl" api-resources --api-group=monitoring.coreos.com -o name 2>/dev/null || true)"
+  missing=0
+  for r in prometheuses podmonitors servicemonitors prometheusrules; do
+    grep -q "^$r\.monitoring\.coreos\.com\$" <<<"$served" || missing=1
+  done
+  [[ $missing = 0 ]] && break
+  sleep 1
+done
+[[ $missing = 0 ]] || fail "the API does not list the CRDs' resources after 60 s"
+"$kubectl" apply --server-side --force-conflicts -f "$work/rest.yaml" >/dev/null
 "$kubectl" -n "$ns" rollout status deploy/prometheus-operator --timeout=3m >/dev/null \
   || fail "deployment prometheus-operator did not roll out"
 sed "s/\${PROMETHEUS_VERSION}/$PROMETHEUS_VERSION/g" "$here/monitoring/prometheus.yaml" \

@@ -58,8 +58,10 @@ with ThreadPoolExecutor(len(targets)) as pool:
     print(json.dumps(dict(zip(targets, pool.map(probe, targets)))))
 """
 # Run inside a probing pod: a TensorFlow session on the PS (argv[1]) lists its devices.
+# The verdict printed, the process ends at once: a session refused by the policy once held
+# the interpreter's exit past the probe's 90 s (under load; its answer was already out).
 TF_PROBE = """
-import json, sys
+import json, os, sys
 import tensorflow as tf
 tf.compat.v1.disable_eager_execution()
 config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=8000)
@@ -68,6 +70,8 @@ try:
         print(json.dumps({"devices": [d.name for d in session.list_devices()]}))
 except Exception as err:
     print(json.dumps({"error": type(err).__name__ + ": " + str(err)[:200]}))
+sys.stdout.flush()
+os._exit(0)
 """
 
 
