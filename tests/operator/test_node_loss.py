@@ -163,7 +163,9 @@ async def test_the_replicas_of_a_lost_node_are_replaced_at_once(cluster: Cluster
         took = time.monotonic() - started
         # At once: seconds, where Kubernetes alone waits 50 s and then the pods' 300 s.
         assert took < (GRACE + 6.5 if how == "lease" else 8.0), took
-        (message,) = node_lost_events(c, ns)
+        messages = node_lost_events(c, ns)
+        assert len(messages) == 1, (messages, c.logs())
+        (message,) = messages
         assert message.startswith("node n2 lost (") and "nl-ps-0, nl-worker-1" in message
         for name in ON_N2:
             first, second = incarnations(c, ns, name)
