@@ -92,7 +92,7 @@ lint: venv
 # slow a cold build's compiles):
 #   cluster  first the tests that need the cluster alone (marked exclusive: node faults,
 #            the operator's hand-overs, a setting of every job, the RBAC run's forty
-#            operators), one at a time: they mostly wait on the cluster's own timers, so
+#            operators, the 200-worker job), one at a time: they mostly wait on the cluster's own timers, so
 #            the local lane has the cores it leaves; then the tests that share the
 #            cluster, CLUSTER_WORKERS at a time (pytest-xdist; 1: one after another, no
 #            xdist), each in namespaces of its own, the longest files first;

@@ -8,14 +8,13 @@ that brings the cluster up.
 
 Most of them share the cluster: each in a namespace of its own, several at once
 (`pytest -n 3 --dist loadgroup -m "not exclusive"`, as `make test` runs them), a file's
-tests in one worker (its module's fixtures are made once), the files that add and remove
-kubemark's hollow nodes in one worker, one after the other. Those marked
-`exclusive` fault nodes, hand the operator over, change what every job gets or start
-the RBAC run's forty operators; they run one at a time with nothing else on the cluster
-(`-m exclusive`, no `-n`; `make test` runs them first, beside the local lane, which takes
-the cores they leave while they wait on the cluster's timers), and refuse to run in a run
-of several workers. With several workers the longest files are handed out first, so that
-no long one starts last.
+tests in one worker (its module's fixtures are made once). Those marked `exclusive` fault
+nodes, hand the operator over, change what every job gets, start the RBAC run's forty
+operators or load the API server with a 200-worker job; they run one at a time with
+nothing else on the cluster (`-m exclusive`, no `-n`; `make test` runs them first, beside
+the local lane, which takes the cores they leave while they wait on the cluster's
+timers), and refuse to run in a run of several workers. With several workers the longest
+files are handed out first, so that no long one starts last.
 """
 
 from __future__ import annotations
@@ -30,21 +29,17 @@ from tests.cluster import kube
 
 # The files of the shared run, longest first (their times three at a time, the cluster's
 # tests alone, 2026-12-05: test_dashboard_browser 409 s, test_monitoring 324,
-# test_warm_restarts 137, test_failures 137, the hollow nodes' two files 137, test_job 128,
+# test_warm_restarts 137, test_failures 137, test_job 128,
 # test_queues 120, test_scale 103, test_spares 96, test_network_policy 90, test_multikueue
 # 45-90, test_api 68, then under 45 each). xdist hands the files out in this order (make
 # test's --no-loadscope-reorder); a worker holds the next file while it runs its last
 # tests, so the short ones go last: the run ends with no long file queued behind another.
 LONGEST_FIRST = ("test_dashboard_browser.py", "test_monitoring.py", "test_warm_restarts.py",
-                 "test_failures.py", "test_scale_hollow.py", "test_job.py", "test_queues.py",
+                 "test_failures.py", "test_job.py", "test_queues.py",
                  "test_scale.py", "test_spares.py", "test_network_policy.py",
                  "test_multikueue.py", "test_api.py", "test_topology.py",
                  "test_fuzzed_manifests.py", "test_pod_security.py", "test_nodes.py",
                  "test_names.py", "test_install.py", "test_lifecycle.py")  # fmt: skip
-
-
-# Files that must not run at once, though neither needs the cluster alone: one worker each.
-SAME_WORKER = {"test_hollow": "hollow-nodes", "test_scale_hollow": "hollow-nodes"}
 
 
 # Before xdist's own hook (its worker plugin, registered after this file, would otherwise
@@ -63,7 +58,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # one after another, each beside the other workers' tests. In groups of their own
         # they ran beside each other: three browser tests at once, five test_job runs, a
         # load no `make test` makes.
-        item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(name, name)))
+        item.add_marker(pytest.mark.xdist_group(name))
     if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") != "1":
         mine = {id(item) for item in ours}
         items.sort(key=lambda item: rank(item) if id(item) in mine else -1)

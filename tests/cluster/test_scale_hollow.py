@@ -21,6 +21,12 @@ import yaml
 from tests.cluster import kube
 from tests.cluster.scalelib import hollow_job, operator_requests, tally
 
+# With the cluster alone: its 202 pod creates, the hollow kubelets' status writes and the
+# operator's first pass over them are a load no other test puts on the API server. Run
+# beside two others on a slowed machine, it took the API server to 504s, and the leaders
+# of the operator and of Kueue lost their Leases in turn: those tests failed with it.
+pytestmark = pytest.mark.exclusive
+
 WORKERS = 200
 HOLLOW_NODES = 2
 # The operator writes a status that only recounts replicas at most once a batch (its
