@@ -38,7 +38,8 @@ class Lease:
 
 
 class Store:
-    """LeaseStore's interface over :class:`Lease`; ``cut`` makes every request fail."""
+    """LeaseStore's interface over :class:`Lease`; ``cut`` makes every request fail,
+    ``delay`` makes each take that long."""
 
     namespace, name = "ops", "leader"
 
@@ -46,15 +47,20 @@ class Store:
         self.lease = lease
         self.read_version: int | None = None
         self.cut = False
+        self.delay = 0.0
+        self.reads = 0
 
     def read(self) -> LeaseRecord | None:
+        time.sleep(self.delay)
         if self.cut:
             raise TimeoutError("cut off")
+        self.reads += 1
         with self.lease.lock:
             self.read_version = self.lease.version if self.lease.record else None
             return self.lease.record
 
     def write(self, record: LeaseRecord) -> bool:
+        time.sleep(self.delay)
         if self.cut:
             raise TimeoutError("cut off")
         with self.lease.lock:
@@ -126,6 +132,35 @@ def test_a_leader_cut_off_stops_before_anyone_else_leads() -> None:
     assert took_over_at - stopped_at > margin - 1.1
     assert lease.record is not None and lease.record.holder == "b"
     b.elector.release()
+
+
+def test_a_leader_renews_unread_and_keeps_the_lease_through_a_slow_api() -> None:
+    # Every request 0.6 s: a renewal that read the Lease first (two requests, a retry period
+    # after the last) would be confirmed 2.6 s after the last one began, past the renew
+    # deadline (2.0 s); written unread, 1.4 s after.
+    lease = Lease()
+    a = Candidate("a", lease, WIDE)
+    wait(a.acquired)
+    time.sleep(0.5)
+    reads, slowed_at = a.store.reads, time.monotonic()
+    a.store.delay = 0.6
+    time.sleep(5.0)
+    assert not a.lost.is_set(), a.changes
+    assert a.store.reads == reads, "a renewal reads nothing"
+    assert len([t for t, _ in lease.writes if t > slowed_at]) >= 3, lease.writes
+    a.store.delay = 0.0
+    a.elector.release()
+
+
+def test_a_leader_whose_lease_was_written_by_another_reads_it_and_stops() -> None:
+    lease = Lease()
+    a = Candidate("a", lease)
+    wait(a.acquired)
+    with lease.lock:  # another replica's write (its renewal unread conflicts with it)
+        lease.record = LeaseRecord("b", 15, renewed="2026-12-06T00:00:00.000000Z")
+        lease.version += 1
+    wait(a.lost, timeout=2.0)
+    assert a.changes[-1][1] is False and a.store.reads >= 2
 
 
 class Refusing(Store):
