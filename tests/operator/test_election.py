@@ -75,8 +75,10 @@ class Store:
 
 
 class Candidate:
-    def __init__(self, name: str, lease: Lease, timings: Timings = TIMINGS) -> None:
+    def __init__(self, name: str, lease: Lease, timings: Timings = TIMINGS,
+                 delay: float = 0.0) -> None:  # fmt: skip
         self.store = Store(lease)
+        self.store.delay = delay
         self.changes: list[tuple[float, bool]] = []
         self.lost = threading.Event()
         self.elector = Elector(self.store, name, timings,  # type: ignore[arg-type]
@@ -135,19 +137,19 @@ def test_a_leader_cut_off_stops_before_anyone_else_leads() -> None:
 
 
 def test_a_leader_renews_unread_and_keeps_the_lease_through_a_slow_api() -> None:
-    # Every request 0.6 s: a renewal that read the Lease first (two requests, a retry period
-    # after the last) would be confirmed 2.6 s after the last one began, past the renew
-    # deadline (2.0 s); written unread, 1.4 s after.
+    # Every request 1.5 s, from the start; a renew deadline of 4 s. A renewal that read the
+    # Lease first (two requests, a retry period after the last) would be confirmed 6.2 s
+    # after the last one began; written unread, 3.2 s after the last write began. The Lease
+    # taken (a read, then a write) counts from its write, not its read (4.7 s else).
+    timings = Timings(lease_duration=8.0, renew_deadline=4.0, retry_period=0.2)
     lease = Lease()
-    a = Candidate("a", lease, WIDE)
-    wait(a.acquired)
-    time.sleep(0.5)
-    reads, slowed_at = a.store.reads, time.monotonic()
-    a.store.delay = 0.6
-    time.sleep(5.0)
+    a = Candidate("a", lease, timings, delay=1.5)
+    wait(a.acquired, timeout=10.0)
+    reads, led_at = a.store.reads, time.monotonic()
+    time.sleep(7.0)
     assert not a.lost.is_set(), a.changes
     assert a.store.reads == reads, "a renewal reads nothing"
-    assert len([t for t, _ in lease.writes if t > slowed_at]) >= 3, lease.writes
+    assert len([t for t, _ in lease.writes if t > led_at]) >= 3, lease.writes
     a.store.delay = 0.0
     a.elector.release()
 

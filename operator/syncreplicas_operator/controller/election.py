@@ -83,6 +83,7 @@ class Elector:
             if decision is Decision.WAIT:
                 return False
             written = next_record(self.me, record, decision, now_text(), self.timings)
+            writing = self.clock()
             if not self.store.write(written):
                 return False
         except Exception as err:  # the API unreachable, a timeout, a refusal
@@ -95,8 +96,9 @@ class Elector:
             self.refusal = str(err) if refused else ""
             return False
         self.observed = observe(self.observed, written, self.clock())
-        # When the request began: the renewal is at least this fresh, never fresher.
-        self.last_renewed = began
+        # When the write began: the renewal is at least this fresh, never fresher (a
+        # follower's wait starts once it sees the write; the read before it does not count).
+        self.last_renewed = writing
         return True
 
     def _renew_as_written(self, began: float) -> bool | None:
