@@ -30,6 +30,7 @@ import copy
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -56,6 +57,8 @@ def warm_server() -> Any:
 
         home = Path(tempfile.mkdtemp(prefix="syncreplicas-warm-"))
         _WARM.append(WarmServer(home / "warm.sock", home / "server.log"))
+        # At exit, last registered first: the server stops, then its directory goes.
+        atexit.register(shutil.rmtree, home, ignore_errors=True)
         atexit.register(_WARM[0].stop)
     return _WARM[0]
 
