@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -66,26 +67,34 @@ class Viewer:
                                        min(self.start - 20, end - 120), end)  # fmt: skip
         return perseslib.settle(self.browser, link, len(self.expected))
 
+    def look_until(self, done: Callable[[list[perseslib.Panel]], bool],
+                   name: str = perseslib.DASHBOARD) -> list[perseslib.Panel]:  # fmt: skip
+        """Look until ``done`` holds of the panels, 10 s between looks, for 90 s and at
+        least two looks however long the first took (one look takes up to settle's 210 s
+        on a loaded machine); the panels of the last look."""
+        deadline, looks = time.monotonic() + 90, 0
+        while True:
+            found = self.look(name)
+            looks += 1
+            if done(found) or (time.monotonic() > deadline and looks >= 2):
+                return found
+            time.sleep(10)
+
     def check(self, moment: str, **stats: str) -> None:
         """Every panel drawn with data now, the stat panels named in ``stats`` (by title,
         with "_" for " ") showing those values; the page kept as ``moment``'s PNG."""
         # A stat shows the last point of its range query, evaluated at the step's
         # multiples (the datasource's scrapeInterval, 5 s, or more for a wide window): a
         # change reaches it within a step or two, so a page that shows the moment's values
-        # is looked at again 10 s later at least once, however long the first look took
-        # (one look takes up to settle's 210 s on a loaded machine: a CI run looked once
-        # in its 90 s and saw "Replicas up" 3, a step before the fourth replica's scrape).
-        deadline = time.monotonic() + 90
-        looks = 0
-        while True:
-            found = self.look()
-            looks += 1
+        # is looked at again (a CI run looked once in its 90 s and saw "Replicas up" 3, a
+        # step before the fourth replica's scrape).
+        def shows(found: list[perseslib.Panel]) -> bool:
             shown = {p.title: p.detail for p in found}
-            if (all(shown.get(t.replace("_", " ")) == v for t, v in stats.items())
-                    and not perseslib.problems(found, self.expected)) \
-                    or (time.monotonic() > deadline and looks >= 2):
-                break
-            time.sleep(10)
+            return all(shown.get(t.replace("_", " ")) == v for t, v in stats.items()) \
+                and not perseslib.problems(found, self.expected)
+
+        found = self.look_until(shows)
+        shown = {p.title: p.detail for p in found}
         perseslib.screenshot(self.browser, REPORT / f"{moment}.png", self.look, required=False)
         bad = perseslib.problems(found, self.expected)
         assert not bad, f"{moment}: panels not drawn with data:\n" + "\n".join(bad)
@@ -105,20 +114,14 @@ def check_broken_copy(viewer: Viewer, base: str) -> None:
             query = item["spec"]["queries"][0]["spec"]["plugin"]["spec"]
             query["query"] = query["query"].replace("[$__rate_interval]", "[$__rate_interval")
     perseslib.api(base, f"projects/{perseslib.PROJECT}/dashboards", broken, "POST")
-    # Looked at again while another panel is still loading, as check() does (a CI run's
-    # one look ended at settle's 210 s with a panel loading beside the broken one).
-    deadline, looks = time.monotonic() + 90, 0
+    # Looked at again while another panel is still loading (a CI run's one look ended at
+    # settle's 210 s with a panel loading beside the broken one).
     try:
-        while True:
-            found = viewer.look(name)
-            looks += 1
-            bad = perseslib.problems(found, viewer.expected)
-            if not any(": loading: " in b for b in bad) or (
-                    time.monotonic() > deadline and looks >= 2):  # fmt: skip
-                break
-            time.sleep(10)
+        found = viewer.look_until(lambda panels: all(
+            p.state != "loading" for p in panels), name)  # fmt: skip
     finally:
         perseslib.api(base, perseslib.dashboard_path(name), method="DELETE")
+    bad = perseslib.problems(found, viewer.expected)
     assert len(bad) == 1 and bad[0].split(": ")[0].endswith(BROKEN_PANEL), bad
     assert ": error: " in bad[0] and "parse error" in bad[0], bad
 
