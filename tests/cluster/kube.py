@@ -232,16 +232,16 @@ def operator_replicas() -> list[dict[str, Any]]:
             if "deletionTimestamp" not in p["metadata"]]  # fmt: skip
 
 
-def operator_starts() -> dict[str, str]:
-    """Each operator pod's name and when its container last started: a counter of the
-    operator's is exact over a span only if this is the same at both ends (a leader that
-    cannot renew its Lease in time exits, and its counters start again at zero)."""
+def operator_restarts() -> dict[str, int]:
+    """Each operator pod's name and restart count: the same at both ends of a span when no
+    replica restarted or was replaced meanwhile (a leader that cannot renew its Lease in
+    time exits, and its counters start again at zero)."""
     return {
-        p["metadata"]["name"]: ",".join(
-            str((c.get("state") or {}).get("running", {}).get("startedAt"))
-            for c in (p.get("status") or {}).get("containerStatuses", []))
+        p["metadata"]["name"]: sum(
+            c.get("restartCount", 0) for c in p["status"].get("containerStatuses", [])
+        )
         for p in pods(RELEASE_NAMESPACE, OPERATOR_PODS)
-    }  # fmt: skip
+    }
 
 
 def operator_replicas_ready(within: float = 120) -> None:

@@ -164,16 +164,6 @@ def validate_command(cases: list[manifestgen.Case], tmp: Path) -> dict[int, list
 # --- the operator -------------------------------------------------------------------------
 
 
-def operator_pods() -> dict[str, int]:
-    """Each operator pod's name and restart count."""
-    return {
-        p["metadata"]["name"]: sum(
-            c.get("restartCount", 0) for c in p["status"].get("containerStatuses", [])
-        )
-        for p in kube.pods(kube.RELEASE_NAMESPACE, kube.OPERATOR_PODS)
-    }
-
-
 def reconciles(server: ApiServer) -> float:
     """The operator's reconcile passes so far, summed over its replicas (a follower's is 0).
     A pass whose write the API refused is not counted there: its log line is."""
@@ -255,7 +245,7 @@ def fuzz(cluster_up: None) -> Iterator[Fuzz]:
     name = f"t-fuzzed-manifests-{uuid.uuid4().hex[:5]}"
     kube.kubectl("create", "namespace", name)
     began = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    yield Fuzz(name, ApiServer(name), began, operator_pods())
+    yield Fuzz(name, ApiServer(name), began, kube.operator_restarts())
     kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
@@ -317,7 +307,8 @@ def test_the_operator_runs_every_accepted_manifest_without_crashing(fuzz: Fuzz) 
     # No loop that writes: each pass that acts or fails logs a line.
     lines = settled("the operator's log lines about these jobs", fuzz.lines,
                     SETTLED_PER_JOB_SECOND * len(fuzz.applied), SETTLE_TIMEOUT)  # fmt: skip
-    assert operator_pods() == fuzz.restarts, "an operator replica restarted or was replaced"
+    restarted = "an operator replica restarted or was replaced"
+    assert kube.operator_restarts() == fuzz.restarts, restarted
     for pod, log in log_lines(fuzz.server, fuzz.began).items():
         assert "Traceback" not in log, f"{pod}:\n{log[-4000:]}"
     print(f"\n{len(fuzz.applied)} jobs applied; the operator acted on all in {acted:.0f} s; "

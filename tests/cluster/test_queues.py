@@ -132,7 +132,7 @@ def test_quota_waits_priority_preempts_and_the_preempted_job_resumes_from_its_ch
     # L at slowjob's fault pace: 750 steps take 10 minutes at least (1 worker and the chief),
     # and once the delay is lifted few are left to run at full speed.
     shared = shared_dir(tmp_path)
-    operators = kube.operator_starts()
+    operators = kube.operator_restarts()
     kube.kubectl("apply", "-f", "-", input=queues(namespace))
     apply = lambda body: kube.kubectl("apply", "-n", namespace, "-f", "-",  # noqa: E731
                                       input=yaml.safe_dump(body))  # fmt: skip
@@ -185,8 +185,8 @@ def test_quota_waits_priority_preempts_and_the_preempted_job_resumes_from_its_ch
         # A replica that restarted meanwhile (under load a leader may miss its renew deadline
         # and exit; the other takes over) counts from zero again: at most four then.
         waits = queue_metric(namespace, "syncreplicas_operator_queue_wait_seconds_count")
-        restarted = kube.operator_starts() != operators
-        assert waits <= 4 if restarted else waits == 4, (waits, operators, kube.operator_starts())
+        restarted = kube.operator_restarts() != operators
+        assert waits <= 4 if restarted else waits == 4, (waits, operators, kube.operator_restarts())
         assert queue_metric(namespace, "syncreplicas_operator_queued_jobs") == 0
         assert restored and restored[0] == at_eviction, (restored, at_eviction, logs[-3000:])
         print("figures:", {"L's step when H came": before, "L's checkpoint at eviction":
