@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 
 from ..core.leader import (
     Decision,
+    LeaseRecord,
     Observation,
     Timings,
     decide,
@@ -73,7 +74,7 @@ class Elector:
         afterwards. A failed request counts as not holding it."""
         began = self.clock()
         if self.leading:
-            renewed = self._renew_as_written(began)
+            renewed = self._renew_as_written()
             if renewed is not None:
                 return renewed
         try:
@@ -95,13 +96,17 @@ class Elector:
                 log.debug("leader election: %s: %s", type(err).__name__, err)
             self.refusal = str(err) if refused else ""
             return False
+        self._wrote(written, writing)
+        return True
+
+    def _wrote(self, written: LeaseRecord, writing: float) -> None:
+        """This replica's write of ``written``, begun at ``writing``, succeeded."""
         self.observed = observe(self.observed, written, self.clock())
         # When the write began: the renewal is at least this fresh, never fresher (a
         # follower's wait starts once it sees the write; the read before it does not count).
         self.last_renewed = writing
-        return True
 
-    def _renew_as_written(self, began: float) -> bool | None:
+    def _renew_as_written(self) -> bool | None:
         """The leader's fast path, as client-go's: renew the record as this replica last
         wrote it, conditional on that write's resourceVersion, without reading it first.
         One request a renewal instead of two, so that a slow API server still lets one
@@ -113,6 +118,7 @@ class Elector:
         if record is None or record.holder != self.me:
             return None
         written = next_record(self.me, record, Decision.RENEW, now_text(), self.timings)
+        writing = self.clock()
         try:
             if not self.store.write(written):
                 log.info("leader election: the lease changed since this replica renewed it; "
@@ -123,8 +129,7 @@ class Elector:
                 return None  # the read meets it too, and says so once
             log.debug("leader election: renewal failed: %s: %s", type(err).__name__, err)
             return False
-        self.observed = observe(self.observed, written, self.clock())
-        self.last_renewed = began
+        self._wrote(written, writing)
         return True
 
     def acquire(self) -> bool:
