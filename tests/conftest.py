@@ -11,6 +11,10 @@ each beside the other workers' tests as the first run is, and not beside each ot
 `make test` names a file per lane in SYNCREPLICAS_FAILURES_LOG: each failed test's report
 is appended to it when the test fails, so a long run's failures can be read while it runs,
 and a run stopped before pytest's own summary keeps them.
+
+A failed test's report ends with what the machine was doing then (tests/support/machine.py:
+load, memory, pressure, the busiest processes), one look per process every SNAPSHOT_EVERY
+seconds at most: a failure among many at once refers to the last look.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.support import machine
 
 LISTED = Path(__file__).with_name("under-load.txt")
 
@@ -59,6 +65,28 @@ def under_load_run(request: pytest.FixtureRequest) -> int:
     return int(request.param)
 
 
+SNAPSHOT_EVERY = 20.0
+MACHINE = "the machine when it failed"
+_last_snapshot: list[tuple[float, str, str]] = []  # (monotonic, HH:MM:SS, text)
+
+
+def machine_now() -> str:
+    now = time.monotonic()
+    if _last_snapshot and now - _last_snapshot[0][0] < SNAPSHOT_EVERY:
+        at, clock, text = _last_snapshot[0]
+        return f"not looked again: the last look, {now - at:.0f} s before ({clock}):\n{text}"
+    _last_snapshot[:] = [(now, time.strftime("%H:%M:%S"), machine.snapshot())]
+    return f"at {_last_snapshot[0][1]}:\n{_last_snapshot[0][2]}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if report.failed and not hasattr(report, "wasxfail"):
+        report.sections.append((MACHINE, machine_now()))
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """A failed test's report (a crashed xdist worker's too) into SYNCREPLICAS_FAILURES_LOG,
     written by the process that prints the run's summary (not by xdist's workers, whose
@@ -68,4 +96,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return
     with open(path, "a") as log:
         log.write(f"=== {time.strftime('%H:%M:%S')} FAILED {report.nodeid} ({report.when}, "
-                  f"{report.duration:.1f} s)\n{report.longreprtext}\n\n")
+                  f"{report.duration:.1f} s)\n{report.longreprtext}\n")
+        for title, text in report.sections:
+            if title.startswith(MACHINE):
+                log.write(f"--- {title} ---\n{text}\n")
+        log.write("\n")

@@ -131,12 +131,65 @@ def machine_cpu() -> float:
     return (sum(parts[:8]) - parts[3] - parts[4]) / TICK
 
 
-class Book:
-    """What was seen of each process: its names, parent, and CPU at the first look."""
+# A process's start as the kernel's accounting gives it (whole seconds of the wall clock)
+# and as /proc gives it (clock ticks since boot) agree to within this many seconds.
+SLACK = 2.0
 
-    def __init__(self) -> None:
-        self.seen: dict[int, dict[str, object]] = {}
-        self.baseline: dict[int, float] = {}
+
+def boot_time() -> float:
+    """The wall-clock time of the boot, in seconds (/proc/stat's btime)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
+
+
+Seen = dict[str, object]
+
+
+class Book:
+    """What was seen of each process: its names, parent, start, and CPU at the first look.
+
+    A pid is used again and again over a run (a cold build starts tens of thousands of
+    processes, and pids wrap at /proc/sys/kernel/pid_max, 32768 here), so every process
+    seen under a pid is kept, and one is found by the pid and when it started: a process's
+    own record by its start, its parent as the one under the parent's pid that had started
+    before it. The last process seen under a parent's pid is no guide: after a wrap it is
+    most often an unrelated one (a `kubectl` of a test standing in for the process that
+    started the API server, and the API server's CPU counted as the test's)."""
+
+    def __init__(self, boot: float = 0.0) -> None:
+        self.boot = boot
+        self.seen: dict[int, list[Seen]] = {}
+
+    def add(self, pid: int, found: Seen) -> None:
+        self.seen.setdefault(pid, []).append(found)
+
+    def born(self, info: Seen) -> float:
+        """When the process started, in wall-clock seconds."""
+        return self.boot + float(info["start"]) / TICK  # type: ignore[arg-type]
+
+    def own(self, pid: int, born: float | None = None) -> Seen | None:
+        """The process seen under ``pid`` that started at ``born`` (None: the last one seen
+        under it; None if none started then)."""
+        history = self.seen.get(pid) or []
+        if born is None:
+            return history[-1] if history else None
+        for info in reversed(history):
+            if abs(self.born(info) - born) <= SLACK:
+                return info
+        return None
+
+    def before(self, pid: int, born: float | None) -> Seen | None:
+        """The process under ``pid`` that could have started one born at ``born``: the last
+        one seen under it that had started by then."""
+        history = self.seen.get(pid) or []
+        if born is None:
+            return history[-1] if history else None
+        for info in reversed(history):
+            if self.born(info) <= born + SLACK:
+                return info
+        return None
 
     def look(self, first: bool = False) -> None:
         for name in os.listdir("/proc"):
@@ -146,60 +199,65 @@ class Book:
             if found is None:
                 continue
             pid = int(name)
-            old = self.seen.get(pid)
+            history = self.seen.get(pid)
+            old = history[-1] if history else None
             if old is not None and old["start"] != found["start"]:
-                old = None  # a reused pid
-            if first:
-                self.baseline[pid] = float(found["cpu"])  # type: ignore[arg-type]
-            if old is None or not old.get("cmdline"):
+                old = None  # a reused pid: another process
+            if old is None:
+                if first:
+                    found["base"] = found["cpu"]
                 if component(str(found["comm"]), str(found["cmdline"])) == TF_PODS:
                     found["namespace"] = read_namespace(pid)
-                self.seen[pid] = found
+                self.add(pid, found)
             else:
                 old["cpu"] = found["cpu"]
 
-    def namespace(self, pid: int, comm: str, ppid: int = 0) -> str | None:
+    def namespace(self, pid: int, comm: str, ppid: int = 0,
+                  born: float | None = None) -> str | None:  # fmt: skip
         """The namespace a process seen under ``pid`` (with this ``comm``) ran in; for one
         that exited unseen (a replica forked and gone between two looks), its parent's."""
-        info = self.seen.get(pid)
+        info = self.own(pid, born)
         if info is None or (comm and not str(info["comm"]).startswith(comm[:15])):
-            info = self.seen.get(ppid)  # unseen, or a pid reused since
+            info = self.before(ppid, born)  # unseen, or a pid reused since
         found = info.get("namespace") if info is not None else None
         return str(found) if found else None
 
-    def group(self, pid: int, comm: str = "", ppid: int = 0, depth: int = 0) -> str:
-        """A process's component: by its lane ancestor, its names, else its parent's."""
-        info = self.seen.get(pid)
+    def group(self, pid: int, comm: str = "", ppid: int = 0, born: float | None = None,
+              depth: int = 0) -> str:  # fmt: skip
+        """A process's component: by its lane ancestor, its names, else its parent's. With
+        ``born`` (an exited process's start, from its accounting record) the process and
+        its ancestors are the ones alive then."""
+        info = self.own(pid, born)
         if info is not None:
             comm, ppid = str(info["comm"]), int(info["ppid"])  # type: ignore[call-overload]
-        chain, at = [], (pid if info is not None else ppid)
+            born = self.born(info)
+        chain: list[Seen] = [info] if info is not None else []
+        at, child_born = ppid, born
         while at > 1 and len(chain) < 64:
-            here = self.seen.get(at)
+            here = self.before(at, child_born)
             if here is None:
                 break
             chain.append(here)
-            at = int(here["ppid"])  # type: ignore[call-overload]
+            at, child_born = int(here["ppid"]), self.born(here)  # type: ignore[call-overload]
         for ancestor in chain:
             lane = lane_of(str(ancestor["cmdline"]))
             if lane == "local":
                 return LOCAL_LANE
             if lane == "cluster":
                 return cluster_tool(comm)
-        if info is not None:
-            named = component(comm, str(info["cmdline"]))
+        named = component(comm, str(info["cmdline"]) if info is not None else comm)
+        if named:
+            return named
+        for ancestor in chain[1:] if info is not None else chain:
+            named = component(str(ancestor["comm"]), str(ancestor["cmdline"]))
             if named:
                 return named
-        elif comm:
-            named = component(comm, comm)
-            if named:
-                return named
-        if ppid > 1 and depth < 32:
-            return self.group(ppid, depth=depth + 1)
         return "other"
 
 
-def acct_records(path: Path) -> list[tuple[int, int, float, str]]:
-    """(pid, ppid, CPU seconds, comm) of every process the kernel accounted (acct v3)."""
+def acct_records(path: Path) -> list[tuple[int, int, float, str, float]]:
+    """(pid, ppid, CPU seconds, comm, start in wall-clock seconds) of every process the
+    kernel accounted (acct v3)."""
     data = path.read_bytes() if path.exists() else b""
 
     def comp(value: int) -> int:
@@ -212,7 +270,8 @@ def acct_records(path: Path) -> list[tuple[int, int, float, str]]:
         if fields[1] != 3:
             continue
         comm = record[48:64].split(b"\0")[0].decode(errors="replace")
-        out.append((fields[6], fields[7], (comp(fields[10]) + comp(fields[11])) / ACCT_HZ, comm))
+        out.append((fields[6], fields[7], (comp(fields[10]) + comp(fields[11])) / ACCT_HZ, comm,
+                    float(fields[8])))  # fmt: skip
     return out
 
 
@@ -226,7 +285,7 @@ def sample(out: Path) -> None:
     acct = out / "acct.bin"
     acct.write_bytes(b"")
     accounting = set_acct(acct)
-    book = Book()
+    book = Book(boot_time())
     started, machine_at_start = time.time(), machine_cpu()
     book.look(first=True)
     stop = []
@@ -240,27 +299,26 @@ def sample(out: Path) -> None:
     totals: dict[str, float] = {}
     namespaces: dict[str, float] = {}
 
-    def add(name: str, cpu: float, pid: int, comm: str = "", ppid: int = 0) -> None:
+    def add(name: str, cpu: float, pid: int, comm: str = "", ppid: int = 0,
+            born: float | None = None) -> None:  # fmt: skip
         totals[name] = totals.get(name, 0.0) + cpu
-        namespace = book.namespace(pid, comm, ppid) if name == TF_PODS else None
+        namespace = book.namespace(pid, comm, ppid, born) if name == TF_PODS else None
         if namespace:
             namespaces[namespace] = namespaces.get(namespace, 0.0) + cpu
 
-    alive = {int(p) for p in os.listdir("/proc") if p.isdigit()}
-    counted: set[int] = set()
-    for pid, ppid, cpu, comm in acct_records(acct):
-        if pid in alive:
-            continue  # a reused pid that lives again: counted below
-        cpu -= book.baseline.pop(pid, 0.0)
-        add(book.group(pid, comm, ppid), max(cpu, 0.0), pid, comm, ppid)
-        counted.add(pid)
-    for pid in alive:
-        found = read_proc(str(pid))
-        if found is None or pid in counted:
+    for pid, ppid, cpu, comm, born in acct_records(acct):
+        own = book.own(pid, born)
+        cpu -= float(own.get("base", 0.0)) if own is not None else 0.0  # type: ignore[arg-type]
+        add(book.group(pid, comm, ppid, born), max(cpu, 0.0), pid, comm, ppid, born)
+    for name in os.listdir("/proc"):  # the living: what they used since the first look
+        found = read_proc(name) if name.isdigit() else None
+        if found is None:
             continue
-        old = book.seen.get(pid)
-        base = book.baseline.get(pid, 0.0) if old and old["start"] == found["start"] else 0.0
-        add(book.group(pid), max(float(found["cpu"]) - base, 0.0), pid)  # type: ignore[arg-type]
+        pid, born, comm, ppid = int(name), book.born(found), str(found["comm"]), int(found["ppid"])  # type: ignore[call-overload]
+        own = book.own(pid, born)
+        base = float(own.get("base", 0.0)) if own is not None else 0.0  # type: ignore[arg-type]
+        add(book.group(pid, comm, ppid, born), max(float(found["cpu"]) - base, 0.0),  # type: ignore[arg-type]
+            pid, comm, ppid, born)
     result = {"seconds": time.time() - started, "machine": machine_cpu() - machine_at_start,
               "accounting": accounting, "components": totals,
               "namespaces": namespaces}  # fmt: skip

@@ -7,7 +7,7 @@ cluster fails these tests. Elsewhere (a plain `pytest`) they are skipped with th
 that brings the cluster up.
 
 Most of them share the cluster: each in a namespace of its own, several at once
-(`pytest -n 3 --dist loadgroup -m "not exclusive"`, as `make test` runs them), a file's
+(`pytest -n 2 --dist loadgroup -m "not exclusive"`, as `make test` runs them), a file's
 tests in one worker (its module's fixtures are made once). Those marked `exclusive` fault
 nodes, hand the operator over, change what every job gets, start the RBAC run's forty
 operators or load the API server with a 200-worker job; they run one at a time with
@@ -15,17 +15,21 @@ nothing else on the cluster (`-m exclusive`, no `-n`; `make test` runs them firs
 the local lane, which takes the cores they leave while they wait on the cluster's
 timers), and refuse to run in a run of several workers. With several workers the longest
 files are handed out first, so that no long one starts last.
+
+A failed test's report says how the API server answered /readyz just after (beside
+tests/conftest.py's look at the machine): slow, refusing or not at all.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster import kube
+from tests.cluster import kube, reads
 
 # The files of the shared run, longest first (their times three at a time, the cluster's
 # tests alone, 2026-12-05: test_dashboard_browser 409 s, test_monitoring 324,
@@ -127,3 +131,20 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             "PYTEST_XDIST_WORKER_COUNT", "1") != "1":  # fmt: skip
         pytest.fail("this test needs the cluster alone: run it with -m exclusive and without "
                     "-n (the others: -m 'not exclusive' -n N)", pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if report.failed and not hasattr(report, "wasxfail") and kube.KUBECONFIG.exists():
+        report.sections.append(("the machine when it failed: the API server", api_server_now()))
+
+
+def api_server_now(timeout: float = 5.0) -> str:
+    started = time.monotonic()
+    try:
+        answer = reads.get_text(kube.KUBECONFIG, "/readyz", timeout).strip()
+    except (AssertionError, OSError, ValueError) as error:
+        answer = f"{str(error).splitlines()[0][:200]}"
+    return f"GET /readyz: {answer} after {time.monotonic() - started:.2f} s"

@@ -4,6 +4,7 @@ process, and the slowest tests read back from JUnit XML."""
 from __future__ import annotations
 
 import importlib.util
+import struct
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -85,19 +86,43 @@ def test_component(comm: str, cmdline: str, component: str | None) -> None:
     assert cpusample.component(comm, cmdline) == component
 
 
+def seen(comm: str, cmdline: str, ppid: int, start: float, **more: object) -> dict[str, object]:
+    """A process as the sampler's look records it, started ``start`` s after the boot."""
+    return {"comm": comm, "cmdline": cmdline, "ppid": ppid, "start": start * cpusample.TICK,
+            "cpu": 0, **more}  # fmt: skip
+
+
 def test_a_process_that_exited_unseen_is_its_parents_and_lanes_go_by_ancestry() -> None:
     book = cpusample.Book()
-    book.seen = {
-        10: {"comm": "kube-router", "cmdline": "/x/kube-router", "ppid": 1, "start": 1, "cpu": 0},
-        20: {"comm": "python", "cmdline": "python -m pytest tests/cluster -n 3", "ppid": 1,
-             "start": 1, "cpu": 0},
-        21: {"comm": "python", "cmdline": "python -c import execnet", "ppid": 20, "start": 2,
-             "cpu": 0},
-    }  # fmt: skip
+    book.add(10, seen("kube-router", "/x/kube-router", 1, 1))
+    book.add(20, seen("python", "python -m pytest tests/cluster -n 3", 1, 1))
+    book.add(21, seen("python", "python -c import execnet", 20, 2))
     assert book.group(99, "iptables", 10) == "kube-router (every node)"
     assert book.group(98, "kubectl", 21) == "cluster tests: kubectl"
     assert book.group(21) == "cluster tests: pytest, host processes"
     assert book.group(97, "sh", 1) == "other"
+
+
+def test_a_reused_pid_is_told_apart_by_when_each_process_started() -> None:
+    """pids wrap many times in a cold run: the API server, started by a `make cluster`
+    whose pid a test's kubectl took later, is still the API server; an exited process's
+    record finds its own entry by its start, not the last one under its pid."""
+    book = cpusample.Book(boot=1000.0)
+    book.add(300, seen("python3", "python3 hack/cluster/cluster.py up", 1, 100))
+    book.add(400, seen("kube-apiserver", "/b/kube-apiserver --etcd-servers=x", 300, 110))
+    book.add(20, seen("python", "python -m pytest tests/cluster -n 2", 1, 500))
+    book.add(300, seen("kubectl", "kubectl get pods", 20, 900))  # pid 300 again
+    book.add(77, seen("python", "python -m syncreplicas_runtime", 1, 600, namespace="t-a"))
+    book.add(77, seen("compile", "/go/compile -o x", 1, 950))  # pid 77 again
+    assert book.group(400, born=1110.0) == "API server"
+    assert book.group(400, "kube-apiserver", 300, born=1110.0) == "API server"
+    assert book.group(300, "kubectl", 20, born=1900.0) == "cluster tests: kubectl"
+    assert book.group(300, "python3", 1, born=1100.0) == "other"  # cluster.py itself
+    assert book.group(77, "python", 1, born=1600.5) == cpusample.TF_PODS
+    assert book.namespace(77, "python", 1, born=1600.5) == "t-a"
+    assert book.namespace(77, "compile", 1, born=1950.0) is None
+    # Unseen (between two looks), born after the kubectl: its parent is the kubectl.
+    assert book.group(555, "kubectl", 300, born=1901.0) == "cluster tests: kubectl"
 
 
 def test_the_table_accounts_for_the_whole_machine() -> None:
@@ -129,8 +154,7 @@ def test_the_jobs_tensorflow_cpu_is_summed_by_the_namespace_its_pods_ran_in() ->
         "t-test-x-ab12")
     assert cpusample.namespace_of(b"A=1\0") is None
     book = cpusample.Book()
-    book.seen = {7: {"comm": "python", "cmdline": "python -m syncreplicas_runtime",
-                     "ppid": 1, "start": 1, "cpu": 0, "namespace": "t-test-x-ab12"}}
+    book.add(7, seen("python", "python -m syncreplicas_runtime", 1, 1, namespace="t-test-x-ab12"))
     assert book.namespace(7, "python") == "t-test-x-ab12"
     assert book.namespace(7, "kubectl") is None  # the pid was reused since
     assert book.namespace(8, "python") is None
@@ -165,3 +189,18 @@ def test_slowest_says_what_the_slowest_cluster_tests_waited_for(
     assert ("30 s step 100; 12 s the chief's recovery; 2 s pods; 1 more waits 1 s; "
             "outside them 15 s") in out
     assert slowest.junit_id("tests/cluster/test_b.py::t2") == "tests.cluster.test_b::t2"
+
+
+def test_acct_records_read_the_kernels_v3_records(tmp_path: Path) -> None:
+    def record(pid: int, ppid: int, btime: int, utime: int, stime: int, comm: bytes) -> bytes:
+        head = struct.pack("=BBHIIIIIIfHH", 0, 3, 0, 0, 0, 0, pid, ppid, btime, 0.0, utime, stime)
+        return head + bytes(12) + comm.ljust(16, b"\0")
+
+    # 12000 AHZ ticks as comp_t: 1500 << 3 (mantissa 1500, base-8 exponent 1).
+    path = tmp_path / "acct.bin"
+    path.write_bytes(record(42, 7, 1_700_000_000, (1 << 13) | 1500, 153, b"kube-apiserver")
+                     + record(43, 42, 1_700_000_009, 0, 0, b"sleep"))  # fmt: skip
+    assert cpusample.acct_records(path) == [
+        (42, 7, 121.53, "kube-apiserver", 1_700_000_000.0),
+        (43, 42, 0.0, "sleep", 1_700_000_009.0),
+    ]
