@@ -12,8 +12,11 @@ line and parent, to name its component, and at the end the CPU of the ones still
 Processes alive at the start count only what they use after it. What a process is comes
 from its command line, or from its ancestors: every process under the pytest of the
 cluster's tests is that lane's (by its command: kubectl, helm, Chromium, the rest), every
-one under the other pytest is the local lane's; a process that exited unseen is its
-parent's component (iptables under kube-router is kube-router's). The machine's own total
+one under the other pytest is the local lane's, every one under build-all.sh the build's
+(a compile is the build's whatever it compiles) and under `make lint docs` the checks';
+a process that exited unseen is its parent's component (iptables under kube-router is
+kube-router's). pids are used again many times over a cold run: a process is known by its
+pid and its start. The machine's own total
 (/proc/stat) is the check: what no process accounts for is shown as such. The jobs'
 TensorFlow processes are also summed by the namespace their pod runs in (its
 SYNCREPLICAS_NAMESPACE; a cluster test's namespace is named after the test), so the table
@@ -63,6 +66,8 @@ NAMESPACE_ENV = b"SYNCREPLICAS_NAMESPACE="
 TOP_NAMESPACES = 20
 LOCAL_LANE = "tests outside the cluster (pytest, local TensorFlow, kmock, chart)"
 CLUSTER_LANE = "cluster tests: "
+BUILD_LANE = "the build (build-all.sh: Go compiles, npm, images)"
+CHECKS_LANE = "lint and docs (ruff, mypy, import contracts, mkdocs)"
 CLUSTER_TOOLS = {"kubectl": "kubectl", "helm": "helm", "chromium": "Chromium",
                  "chrome": "Chromium", "ctr": "ctr", "ip": "ip/iptables",
                  "iptables": "ip/iptables", "nsenter": "ip/iptables"}  # fmt: skip
@@ -72,7 +77,15 @@ ACCT_HZ = 100  # acct v3 records CPU in AHZ (100) units
 
 
 def lane_of(cmdline: str) -> str | None:
-    """The lane a pytest command line runs (None: not a lane's pytest)."""
+    """The lane a command line runs: a pytest lane's ("cluster", "local"), make test's
+    build ("build": build-all.sh itself, not a wait for it) or its lint and docs
+    ("checks"); None: none. Only a command's own words count: make test's recipe, a
+    shell whose text names all of these, is none of them."""
+    words = cmdline.split()
+    if any(w.endswith("build-all.sh") for w in words[:2]) and "--await" not in words:
+        return "build"
+    if words and words[0].endswith("make") and words[-2:] == ["lint", "docs"]:
+        return "checks"
     if "pytest" not in cmdline:
         return None
     if "tests/cluster" in cmdline and "--ignore=tests/cluster" not in cmdline:
@@ -203,6 +216,8 @@ class Book:
             old = history[-1] if history else None
             if old is not None and old["start"] != found["start"]:
                 old = None  # a reused pid: another process
+            elif old is not None and old["comm"] != found["comm"]:
+                old["comm"], old["cmdline"] = found["comm"], found["cmdline"]  # it exec'd
             if old is None:
                 if first:
                     found["base"] = found["cpu"]
@@ -241,6 +256,10 @@ class Book:
             at, child_born = int(here["ppid"]), self.born(here)  # type: ignore[call-overload]
         for ancestor in chain:
             lane = lane_of(str(ancestor["cmdline"]))
+            if lane == "build":
+                return BUILD_LANE
+            if lane == "checks":
+                return CHECKS_LANE
             if lane == "local":
                 return LOCAL_LANE
             if lane == "cluster":

@@ -63,6 +63,14 @@ def test_object_path(args: tuple[str, ...], path: str | None) -> None:
         (".venv/bin/python -m pytest tests/cluster/test_job.py", "cluster"),
         ("python3 hack/cluster/cluster.py up", None),
         ("python -m syncreplicas_runtime", None),
+        ("bash hack/cluster/build-all.sh --status /w/reports/build-status", "build"),
+        ("/bin/bash /w/hack/cluster/build-all.sh", "build"),
+        ("bash hack/cluster/build-all.sh --await /w/reports/build-status all", None),
+        ("make --no-print-directory lint docs", "checks"),
+        # make test's recipe, a shell whose first 400 bytes name build-all.sh and make
+        ("/bin/bash -c hack/cluster/install-host.sh && make --no-print-directory prometheus "
+         "chromium || exit 1; SYNCREPLICAS_KUEUE=1 hack/cluster/build-all.sh --status x & "
+         "make --no-print-directory venv tools || exit 1; make lint docs", None),
     ],
 )  # fmt: skip
 def test_lane_of(cmdline: str, lane: str | None) -> None:
@@ -204,3 +212,16 @@ def test_acct_records_read_the_kernels_v3_records(tmp_path: Path) -> None:
         (42, 7, 121.53, "kube-apiserver", 1_700_000_000.0),
         (43, 42, 0.0, "sleep", 1_700_000_009.0),
     ]
+
+
+def test_the_builds_processes_are_the_builds_whatever_they_build() -> None:
+    """A compile under `go build .../prometheus` is the build's, not Prometheus' (the Go
+    command names what it builds); the Prometheus that runs later is Prometheus."""
+    book = cpusample.Book()
+    book.add(5, seen("build-all.sh", "bash hack/cluster/build-all.sh --status r/b", 1, 1))
+    book.add(6, seen("bash", "bash -c build-binaries.sh --go-rest", 5, 2))
+    book.add(7, seen("go", "go build -o bin github.com/prometheus/prometheus/cmd/prometheus",
+                     6, 3))  # fmt: skip
+    book.add(9, seen("prometheus", "/bin/prometheus --config.file=/etc/p.yml", 1, 90))
+    assert book.group(8, "compile", 7, born=4.0) == cpusample.BUILD_LANE
+    assert book.group(9) == "Prometheus (and its config reloader)"
