@@ -218,6 +218,8 @@ class Book:
                 old = None  # a reused pid: another process
             elif old is not None and old["comm"] != found["comm"]:
                 old["comm"], old["cmdline"] = found["comm"], found["cmdline"]  # it exec'd
+                if component(str(found["comm"]), str(found["cmdline"])) == TF_PODS:
+                    old["namespace"] = read_namespace(pid)
             if old is None:
                 if first:
                     found["base"] = found["cpu"]
