@@ -66,7 +66,6 @@ def under_load_run(request: pytest.FixtureRequest) -> int:
 
 
 SNAPSHOT_EVERY = 20.0
-MACHINE = "the machine when it failed"
 _last_snapshot: list[tuple[float, str, str]] = []  # (monotonic, HH:MM:SS, text)
 
 
@@ -84,7 +83,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     if report.failed and not hasattr(report, "wasxfail"):
-        report.sections.append((MACHINE, machine_now()))
+        report.sections.append((machine.SECTION, machine_now()))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -98,6 +97,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         log.write(f"=== {time.strftime('%H:%M:%S')} FAILED {report.nodeid} ({report.when}, "
                   f"{report.duration:.1f} s)\n{report.longreprtext}\n")
         for title, text in report.sections:
-            if title.startswith(MACHINE):
+            if title.startswith(machine.SECTION):
                 log.write(f"--- {title} ---\n{text}\n")
         log.write("\n")

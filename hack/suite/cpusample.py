@@ -32,6 +32,7 @@ import signal
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 TF_PODS = "jobs' TensorFlow processes (pods)"
@@ -182,27 +183,22 @@ class Book:
         """When the process started, in wall-clock seconds."""
         return self.boot + float(info["start"]) / TICK  # type: ignore[arg-type]
 
+    def _last(self, pid: int, fits: Callable[[float], bool] | None) -> Seen | None:
+        """The last process seen under ``pid`` whose start ``fits`` (None: the last one)."""
+        for info in reversed(self.seen.get(pid) or []):
+            if fits is None or fits(self.born(info)):
+                return info
+        return None
+
     def own(self, pid: int, born: float | None = None) -> Seen | None:
         """The process seen under ``pid`` that started at ``born`` (None: the last one seen
         under it; None if none started then)."""
-        history = self.seen.get(pid) or []
-        if born is None:
-            return history[-1] if history else None
-        for info in reversed(history):
-            if abs(self.born(info) - born) <= SLACK:
-                return info
-        return None
+        return self._last(pid, None if born is None else lambda at: abs(at - born) <= SLACK)
 
     def before(self, pid: int, born: float | None) -> Seen | None:
         """The process under ``pid`` that could have started one born at ``born``: the last
         one seen under it that had started by then."""
-        history = self.seen.get(pid) or []
-        if born is None:
-            return history[-1] if history else None
-        for info in reversed(history):
-            if self.born(info) <= born + SLACK:
-                return info
-        return None
+        return self._last(pid, None if born is None else lambda at: at <= born + SLACK)
 
     def look(self, first: bool = False) -> None:
         for name in os.listdir("/proc"):
@@ -216,18 +212,18 @@ class Book:
             old = history[-1] if history else None
             if old is not None and old["start"] != found["start"]:
                 old = None  # a reused pid: another process
-            elif old is not None and old["comm"] != found["comm"]:
-                old["comm"], old["cmdline"] = found["comm"], found["cmdline"]  # it exec'd
-                if component(str(found["comm"]), str(found["cmdline"])) == TF_PODS:
-                    old["namespace"] = read_namespace(pid)
             if old is None:
                 if first:
                     found["base"] = found["cpu"]
-                if component(str(found["comm"]), str(found["cmdline"])) == TF_PODS:
-                    found["namespace"] = read_namespace(pid)
                 self.add(pid, found)
-            else:
+            elif old["comm"] == found["comm"]:
                 old["cpu"] = found["cpu"]
+                continue
+            else:  # it exec'd: known by its new command from now on
+                old.update(comm=found["comm"], cmdline=found["cmdline"], cpu=found["cpu"])
+                found = old
+            if component(str(found["comm"]), str(found["cmdline"])) == TF_PODS:
+                found["namespace"] = read_namespace(pid)
 
     def namespace(self, pid: int, comm: str, ppid: int = 0,
                   born: float | None = None) -> str | None:  # fmt: skip
@@ -239,8 +235,8 @@ class Book:
         found = info.get("namespace") if info is not None else None
         return str(found) if found else None
 
-    def group(self, pid: int, comm: str = "", ppid: int = 0, born: float | None = None,
-              depth: int = 0) -> str:  # fmt: skip
+    def group(self, pid: int, comm: str = "", ppid: int = 0,
+              born: float | None = None) -> str:  # fmt: skip
         """A process's component: by its lane ancestor, its names, else its parent's. With
         ``born`` (an exited process's start, from its accounting record) the process and
         its ancestors are the ones alive then."""

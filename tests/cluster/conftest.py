@@ -30,6 +30,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cluster import kube, reads
+from tests.support import machine
 
 # The files of the shared run, longest first (their times three at a time, the cluster's
 # tests alone, 2026-12-05: test_dashboard_browser 409 s, test_monitoring 324,
@@ -138,7 +139,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     if report.failed and not hasattr(report, "wasxfail") and kube.KUBECONFIG.exists():
-        report.sections.append(("the machine when it failed: the API server", api_server_now()))
+        report.sections.append((f"{machine.SECTION}: the API server", api_server_now()))
 
 
 def api_server_now(timeout: float = 5.0) -> str:

@@ -16,6 +16,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# The title of a failed test's report section of this (tests/conftest.py), and the start
+# of any other section on the machine's state then (tests/cluster/conftest.py's API
+# server): the failures log copies every section whose title starts so.
+SECTION = "the machine when it failed"
 PROC = Path("/proc")
 TICK = os.sysconf("SC_CLK_TCK")
 TOP = 6
