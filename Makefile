@@ -85,9 +85,10 @@ lint: venv
 # Work side by side where the two cores would otherwise wait: the cluster's binaries and
 # images (build-all.sh, after the host's packages: apt runs one at a time) build while the
 # venv is installed, and lint and docs (reports/lint.log, printed once the cluster is up)
-# run beside them; the cluster comes up as soon as what it needs is built, and takes the
-# runtime's image into its nodes (the disk's work) while the add-ons still compile
-# (build-all.sh --status, images.sh). Then the tests in two lanes at once, the local one
+# run once it is; the cluster comes up as soon as what it needs is built, beside the venv
+# (nothing of it runs in the venv; its output in reports/cluster-up.log, printed once it is
+# up), and takes the runtime's image into its nodes (the disk's work) while the add-ons
+# still compile (build-all.sh --status, images.sh). Then the tests in two lanes at once, the local one
 # from the moment the build is done (it needs no cluster; started earlier, it would only
 # slow a cold build's compiles):
 #   cluster  first the tests that need the cluster alone (marked exclusive: node faults,
@@ -126,6 +127,7 @@ LOCAL_TESTS_LOG := reports/pytest-local.log
 # built, and its images.sh waits for the rest before the add-ons' images.
 TEST_BUILD_STATUS := $(CURDIR)/reports/build-status
 CHECKS_LOG := reports/lint.log
+CLUSTER_UP_LOG := reports/cluster-up.log
 # The local lane's replicas are forked from one warm-start server per session (TensorFlow
 # imported once, not by every replica process: tests/support/tfcluster.py).
 # Each lane appends its failures to reports/failures-<lane>.log as they happen.
@@ -147,19 +149,23 @@ test:
 	was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; rm -rf $(TEST_BUILD_STATUS); \
 	SYNCREPLICAS_KUEUE=1 SYNCREPLICAS_MONITORING=1 $(CLUSTER)/build-all.sh --status $(TEST_BUILD_STATUS) & \
 	built=$$!; \
-	$(MAKE) --no-print-directory venv tools || { wait $$built; exit 1; }; \
+	$(MAKE) --no-print-directory tools || { wait $$built; exit 1; }; \
 	mkdir -p reports; rm -f reports/junit-*.xml reports/cluster-waits.tsv reports/failures-*.log; \
-	$(MAKE) --no-print-directory lint docs >$(CHECKS_LOG) 2>&1 & checked=$$!; \
-	python3 hack/suite/cpusample.py start reports; local=; \
+	python3 hack/suite/cpusample.py start reports; local=; checked=; \
+	{ $(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) core && \
+		$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 \
+		MULTIKUEUE=1 BUILT=1 BUILD_STATUS=$(TEST_BUILD_STATUS); } >$(CLUSTER_UP_LOG) 2>&1 & up=$$!; \
 	stop() { [ -z "$$local" ] || { kill -INT $$local; sleep 5; kill -KILL -- -$$local 2>/dev/null; \
-		wait $$local; }; wait $$built; python3 hack/suite/cpusample.py stop reports >/dev/null; \
+		wait $$local; }; wait $$up; wait $$built; [ -z "$$checked" ] || wait $$checked; \
+		python3 hack/suite/cpusample.py stop reports >/dev/null; \
 		[ $$was_up = 1 ] || python3 $(CLUSTER)/cluster.py down; exit 1; }; \
-	$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) core || stop; \
+	$(MAKE) --no-print-directory venv || stop; \
+	$(MAKE) --no-print-directory lint docs >$(CHECKS_LOG) 2>&1 & checked=$$!; \
 	setsid bash -c '$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) all >/dev/null && \
 		exec nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml' >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
-	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
-		BUILT=1 BUILD_STATUS=$(TEST_BUILD_STATUS) || stop; \
+	wait $$up; rc=$$?; echo; echo "--- the cluster ($(CLUSTER_UP_LOG)) ---"; cat $(CLUSTER_UP_LOG); \
+	[ $$rc = 0 ] || stop; \
 	wait $$built || stop; \
 	wait $$checked; checks=$$?; echo; echo "--- lint and docs ($(CHECKS_LOG)) ---"; \
 	cat $(CHECKS_LOG); [ $$checks = 0 ] || stop; \

@@ -37,7 +37,7 @@ STEP_DELAY_ENV = "SYNCREPLICAS_DEBUG_STEP_DELAY_MS"
 # paced: 12000 steps at 100 ms left thousands for the end, minutes of both cores).
 FAULT_DELAY_MS = 400
 MAX_STEPS = 3000
-CHECKPOINT_EVERY = 50  # a checkpoint every 15-20 s at that pace
+CHECKPOINT_EVERY = 25  # a checkpoint every 7-10 s at that pace (the faults wait for a few)
 
 
 def shared_dir(tmp_path: Path, delay_ms: int = FAULT_DELAY_MS) -> Path:

@@ -35,7 +35,8 @@ from tests.cluster.test_failures import (
     step_of,
 )
 
-# The operator reads every replica's warm restarts once per replica scrape interval (30 s).
+# The operator reads every replica's warm restarts once per replica scrape interval (30 s; on
+# the cluster of `make cluster MONITORING=1`, 5 s: hack/cluster/monitoring/chart-values.yaml).
 COUNTED_WITHIN = 120
 
 
