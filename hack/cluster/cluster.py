@@ -160,14 +160,41 @@ def up(count: int, hollow_count: int | None = None) -> None:
 def on_worker(*args: str) -> subprocess.CompletedProcess[str]:
     """This script's ``args`` on MultiKueue's worker cluster (a process of its own:
     config.py reads which cluster at import)."""
+    worker = start_on_worker(*args)
+    out, _ = worker.communicate()
+    return subprocess.CompletedProcess(worker.args, worker.returncode, out)
+
+
+def start_on_worker(*args: str) -> subprocess.Popen[str]:
+    """on_worker(), started: its output read when it is waited for."""
     env = {k: v for k, v in os.environ.items() if k != "SYNCREPLICAS_CLUSTER_DIR"}
     env["SYNCREPLICAS_CLUSTER"] = "worker"
-    return subprocess.run([sys.executable, __file__, *args], env=env, text=True,
-                          stdout=subprocess.PIPE, check=False)  # fmt: skip
+    return subprocess.Popen([sys.executable, __file__, *args], env=env, text=True,
+                            stdout=subprocess.PIPE)  # fmt: skip
+
+
+def down_both() -> None:
+    """The worker cluster down while this one's pods stop (most of either's time), and
+    done before this one sweeps what they share (teardown.py: our_mounts)."""
+    worker = start_on_worker("down")
+
+    def worker_done() -> None:
+        out, _ = worker.communicate()
+        print(out, end="")
+        if worker.returncode != 0:
+            raise ClusterError("MultiKueue's worker cluster did not come down (above)")
+
+    try:
+        down(before_sweep=worker_done)
+    finally:
+        if worker.poll() is None:
+            worker.communicate()
 
 
 def converge_hollow(count: int) -> None:
-    if not is_up():
+    # The control plane is all a hollow node needs: a real node may be down meanwhile (a
+    # test that crashes one runs beside test_scale_hollow.py's hollow nodes).
+    if not control_plane_up():
         raise ClusterError("the cluster is not up (cluster.py up)")
     if count:
         hollow.check_built()
@@ -210,11 +237,9 @@ def main(argv: list[str] | None = None) -> int:
             converge_hollow(args.count)
         elif args.command == "down":
             if IS_MANAGER:
-                worker = on_worker("down")
-                print(worker.stdout, end="")
-                if worker.returncode != 0:
-                    return 1
-            down()
+                down_both()
+            else:
+                down()
         elif args.command == "is-up":
             return 0 if is_up() else 1
         elif args.command == "status":

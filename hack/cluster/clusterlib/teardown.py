@@ -8,6 +8,7 @@ import shlex
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import hollow, network
@@ -184,16 +185,21 @@ def remove_node(node: Node, others: list[Node]) -> None:
     shutil.rmtree(node.dir, ignore_errors=True)
 
 
-def down() -> None:
+def down(before_sweep: Callable[[], None] = lambda: None) -> None:
+    """Everything of the cluster stopped and removed; ``before_sweep`` once its pods and
+    hollow nodes are gone, before its nodes stop (the manager's: MultiKueue's worker
+    cluster, brought down meanwhile, done)."""
     started = time.monotonic()
     if not RUN.exists() and not leftovers():
         log("not running")
+        before_sweep()
         return
     members = current_nodes() or [Node(i) for i in range(1, 51) if Node(i).netns_path.exists()]
     healthy = [n for n in members if nodes.daemons_running(n) and network.link_up(n)]
     remove_pods(healthy)
     if IS_MANAGER:
         hollow.remove_all()
+    before_sweep()
     for node in members:
         remove_node(node, members)
     for name in ("coredns", "kube-proxy", "kube-controller-manager", "kube-scheduler",
