@@ -90,13 +90,13 @@ lint: venv
 # run beside them; the cluster comes up as soon as what it needs is built, and takes the
 # runtime's image into its nodes (the disk's work) while the add-ons still compile
 # (build-all.sh --status, images.sh). Then the tests in two lanes at once, the local one
-# from the moment the build is done (it needs no cluster; started earlier, it would only
-# slow a cold build's compiles):
+# from the moment the cluster is up (it needs no cluster, but started earlier it would
+# only slow a cold build's compiles, and a warm bring-up's):
 #   cluster  first the tests that need the cluster alone (marked exclusive: node faults,
 #            the operator's hand-overs, a setting of every job, the RBAC run's forty
-#            operators, the 200-worker job), one at a time: they mostly wait on the cluster's own timers, so
-#            the local lane has the cores it leaves; then the tests that share the
-#            cluster, CLUSTER_WORKERS at a time (pytest-xdist; 1: one after another, no
+#            operators, the 200-worker job), one at a time: they mostly wait on the
+#            cluster's own timers, so the local lane has the cores it leaves; then the
+#            tests that share the cluster, CLUSTER_WORKERS at a time (pytest-xdist; 1: one after another, no
 #            xdist), each in namespaces of its own, the longest files first;
 #   local    everything else (local TensorFlow processes, kmock, the chart), niced, in a
 #            process group of its own (a run that stops early ends all of it), its output
@@ -137,16 +137,13 @@ PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 SYNCREPLICAS_FAILURES_LOG=$(CURD
 	$(PY) -m pytest -p no:cacheprovider --tb=short
 # The cluster's tests as both targets run them: the exclusive ones, then the shared ones
 # (the shell's rc: 0 when both passed).
-CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'exclusive and not paired' \
+CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m exclusive \
 		--junitxml=reports/junit-cluster-exclusive.xml; rc=$$?; \
-	$(PYTEST_CLUSTER) tests/cluster -m paired -n 2 --dist loadgroup \
-		--junitxml=reports/junit-cluster-paired.xml || rc=1; \
 	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
 		--junitxml=reports/junit-cluster-shared.xml || rc=1
 SLOWEST := python3 hack/suite/slowest.py --waits reports/cluster-waits.tsv \
 	local=reports/junit-local.xml \
-	cluster=reports/junit-cluster-shared.xml cluster=reports/junit-cluster-exclusive.xml \
-	cluster=reports/junit-cluster-paired.xml
+	cluster=reports/junit-cluster-shared.xml cluster=reports/junit-cluster-exclusive.xml
 test:
 	@$(CLUSTER)/install-host.sh && $(MAKE) --no-print-directory prometheus chromium || exit 1; \
 	was_up=0; python3 $(CLUSTER)/cluster.py is-up && was_up=1; rm -rf $(TEST_BUILD_STATUS); \
@@ -160,11 +157,11 @@ test:
 		wait $$local; }; wait $$built; python3 hack/suite/cpusample.py stop reports >/dev/null; \
 		[ $$was_up = 1 ] || python3 $(CLUSTER)/cluster.py down; exit 1; }; \
 	$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) core || stop; \
+	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
+		BUILT=1 BUILD_STATUS=$(TEST_BUILD_STATUS) || stop; \
 	setsid bash -c '$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) all >/dev/null && \
 		exec nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml' >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
-	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
-		BUILT=1 BUILD_STATUS=$(TEST_BUILD_STATUS) || stop; \
 	wait $$built || stop; \
 	wait $$checked; checks=$$?; echo; echo "--- lint and docs ($(CHECKS_LOG)) ---"; \
 	cat $(CHECKS_LOG); [ $$checks = 0 ] || stop; \
@@ -197,8 +194,7 @@ test-cluster: venv tools
 	$(CLUSTER_TESTS); \
 	python3 hack/suite/slowest.py --waits reports/cluster-waits.tsv \
 		cluster=reports/junit-cluster-shared.xml \
-		cluster=reports/junit-cluster-exclusive.xml \
-		cluster=reports/junit-cluster-paired.xml; exit $$rc
+		cluster=reports/junit-cluster-exclusive.xml; exit $$rc
 
 # Pure-code tests only: seconds, no processes.
 test-fast: venv

@@ -192,8 +192,7 @@ def down_both() -> None:
 
 
 def converge_hollow(count: int) -> None:
-    # The control plane is all a hollow node needs: a real node may be down meanwhile (a
-    # test that crashes one runs beside test_scale_hollow.py's hollow nodes).
+    # The control plane is all a hollow node needs: a real node may be down meanwhile.
     if not control_plane_up():
         raise ClusterError("the cluster is not up (cluster.py up)")
     if count:
