@@ -43,13 +43,11 @@ help:
 
 venv: $(VENV)/.installed
 
-# uv installs the pinned set (constraints.txt pins every package) in 10-18 s where pip took
-# 59 s in a fresh clone (uv's cache warm or empty; pip's warm).
 $(VENV)/.installed: requirements.txt constraints.txt api/pyproject.toml operator/pyproject.toml \
 		runtime/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip==26.3 uv==0.9.9
-	$(VENV)/bin/uv pip install --quiet --python $(PY) -c constraints.txt \
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip==26.3
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt \
 		-r requirements.txt -e ./api -e ./runtime -e './operator[local]'
 	touch $@
 
@@ -90,14 +88,15 @@ lint: venv
 # run beside them; the cluster comes up as soon as what it needs is built, and takes the
 # runtime's image into its nodes (the disk's work) while the add-ons still compile
 # (build-all.sh --status, images.sh). Then the tests in two lanes at once, the local one
-# from the moment the cluster is up (it needs no cluster, but started earlier it would
-# only slow a cold build's compiles, and a warm bring-up's):
+# from the moment the build is done (it needs no cluster; started earlier, it would only
+# slow a cold build's compiles):
 #   cluster  first the tests that need the cluster alone (marked exclusive: node faults,
 #            the operator's hand-overs, a setting of every job, the RBAC run's forty
 #            operators, the 200-worker job), one at a time: they mostly wait on the
 #            cluster's own timers, so the local lane has the cores it leaves; then the
-#            tests that share the cluster, CLUSTER_WORKERS at a time (pytest-xdist; 1: one after another, no
-#            xdist), each in namespaces of its own, the longest files first;
+#            tests that share the cluster, CLUSTER_WORKERS at a time (pytest-xdist; 1:
+#            one after another, no xdist), each in namespaces of its own, the longest
+#            files first;
 #   local    everything else (local TensorFlow processes, kmock, the chart), niced, in a
 #            process group of its own (a run that stops early ends all of it), its output
 #            in reports/pytest-local.log, printed after the cluster's.
@@ -157,11 +156,11 @@ test:
 		wait $$local; }; wait $$built; python3 hack/suite/cpusample.py stop reports >/dev/null; \
 		[ $$was_up = 1 ] || python3 $(CLUSTER)/cluster.py down; exit 1; }; \
 	$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) core || stop; \
-	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
-		BUILT=1 BUILD_STATUS=$(TEST_BUILD_STATUS) || stop; \
 	setsid bash -c '$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) all >/dev/null && \
 		exec nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml' >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
+	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
+		BUILT=1 BUILD_STATUS=$(TEST_BUILD_STATUS) || stop; \
 	wait $$built || stop; \
 	wait $$checked; checks=$$?; echo; echo "--- lint and docs ($(CHECKS_LOG)) ---"; \
 	cat $(CHECKS_LOG); [ $$checks = 0 ] || stop; \
