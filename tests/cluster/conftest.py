@@ -13,7 +13,9 @@ nodes, hand the operator over, change what every job gets, start the RBAC run's 
 operators or load the API server with a 200-worker job; they run one at a time with
 nothing else on the cluster (`-m exclusive`, no `-n`; `make test` runs them first, beside
 the local lane, which takes the cores they leave while they wait on the cluster's
-timers), and refuse to run in a run of several workers. With several workers the longest
+timers), and refuse to run in a run of several workers. Two of them, marked `paired` too,
+`make test` runs beside each other and nothing else (`-m paired -n 2`): one crashes a
+real node, the other's 200 pods are all on hollow nodes. With several workers the longest
 files are handed out first, so that no long one starts last.
 
 A failed test's report says how the API server answered /readyz just after (beside
@@ -128,10 +130,14 @@ def namespace(cluster_up: None, request: pytest.FixtureRequest) -> Iterator[str]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("exclusive") and os.environ.get(
-            "PYTEST_XDIST_WORKER_COUNT", "1") != "1":  # fmt: skip
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
+    if item.get_closest_marker("paired") and workers in ("1", "2") and str(
+            item.config.getoption("markexpr", "")).strip() == "paired":  # fmt: skip
+        return  # -m paired -n 2: the two beside each other, and nothing else
+    if item.get_closest_marker("exclusive") and workers != "1":
         pytest.fail("this test needs the cluster alone: run it with -m exclusive and without "
-                    "-n (the others: -m 'not exclusive' -n N)", pytrace=False)
+                    "-n (the others: -m 'not exclusive' -n N; the paired two: -m paired "
+                    "-n 2)", pytrace=False)
 
 
 @pytest.hookimpl(hookwrapper=True)

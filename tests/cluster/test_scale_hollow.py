@@ -25,7 +25,9 @@ from tests.cluster.scalelib import hollow_job, operator_requests, tally
 # operator's first pass over them are a load no other test puts on the API server. Run
 # beside two others on a slowed machine, it took the API server to 504s, and the leaders
 # of the operator and of Kueue lost their Leases in turn: those tests failed with it.
-pytestmark = pytest.mark.exclusive
+# Beside one test only (paired): test_topology_node_loss.py, whose crashed node is a real
+# one, where none of this job's pods are; its job's pods none of the hollow nodes take.
+pytestmark = [pytest.mark.exclusive, pytest.mark.paired]
 
 WORKERS = 200
 HOLLOW_NODES = 2

@@ -23,7 +23,9 @@ from tests.cluster import kube
 from tests.cluster.jobwatch import RESTORE, node_ready, operator_nodes, placement
 from tests.cluster.test_topology import admitted, local_queue, racked_job, racks, running_workers
 
-pytestmark = pytest.mark.exclusive  # it crashes a node
+# It crashes a node: with no other test's pods on the cluster but test_scale_hollow.py's
+# (paired), which are all on hollow nodes (kubemark), never on a real one.
+pytestmark = [pytest.mark.exclusive, pytest.mark.paired]
 
 JOB = "rack-loss"
 BACK_WITHIN = 300  # s: the Lease's 20 s, Kueue's node failure and new assignment, a start
