@@ -6,7 +6,9 @@ A worker SIGKILLed (as the OOM killer would) and one that exits on its own (SIGT
 replica alone: 143, retryable) come back under the same first process, each as a new
 child that trains again and says its pod's count in ``syncreplicas_process_restarts``; a
 SIGTERM to the first process (the kubelet stopping the pod) ends the container with the
-replica's code and the count as the termination message's last line. A non-retryable
+replica's code and the count as the termination message's last line; so does one that
+comes while the first process still imports, before any replica (a job deleted as it
+starts), at once rather than at the end of the pod's grace period. A non-retryable
 exit under ExitCode ends the container at once; under OnFailure the budget is spent, then
 the container ends with the replica's code.
 """
@@ -18,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +110,31 @@ def test_under_on_failure_the_budget_is_spent_then_the_container_ends(tmp_path: 
     lines = (tmp_path / "termination-log").read_text().splitlines()
     assert lines[0].startswith("syncreplicas: MODEL (65): ")
     assert lines[-1] == "processRestarts=2"
+
+
+def test_a_sigterm_while_the_first_process_imports_ends_the_container_at_once(
+        tmp_path: Path) -> None:  # fmt: skip
+    """A worker whose peers never come (it would wait for them for ever), stopped half a
+    second into its imports: the container ends with 143 within seconds, each time (the
+    stop once reached the forked replica while it still had the first process's handler,
+    which dropped it, and the replica ran on until the kubelet's SIGKILL)."""
+    job = linear_job()
+    env = {**os.environ, **runtime_env(), **warm_env("OnFailure", 6, tmp_path),
+           "TF_CONFIG": json.dumps({"cluster": {"ps": ["127.0.0.1:1"], "chief": ["127.0.0.1:2"],
+                                                "worker": ["127.0.0.1:3"]},
+                                    "task": {"type": "worker", "index": 0}}),
+           "SYNCREPLICAS_JOB": json.dumps({**job, "workers": 1, "parameterServers": 1}),
+           "SYNCREPLICAS_METRICS_PORT": "0"}  # fmt: skip
+    for _ in range(3):
+        first = subprocess.Popen([sys.executable, "-m", "syncreplicas_runtime"], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(0.5)
+        first.send_signal(signal.SIGTERM)
+        try:
+            out, _ = first.communicate(timeout=30)
+        finally:
+            first.kill()
+        assert first.returncode == 128 + signal.SIGTERM, out
+        message = (tmp_path / "termination-log").read_text().splitlines()
+        assert message[0] == ("syncreplicas: EXIT (143): stopped by SIGTERM before the "
+                              "replica started"), (message, out)

@@ -1,6 +1,7 @@
 """What the modes that import TensorFlow ahead of the replica share (the supervisor, the
 warm-start server, a spare): the imports themselves, a replica run in a forked child and
-that child's end, its wait status, and the line such a process says on stderr.
+that child's end, the stop signals held across the fork, its wait status, and the line
+such a process says on stderr.
 
 Nothing here starts a Python thread (a lock held by a thread at a fork stays held in the
 child, where that thread does not exist).
@@ -11,13 +12,17 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
 PR_SET_PDEATHSIG = 1
+# What stops a replica (the kubelet's SIGTERM, a user's Ctrl-C); the forking process has a
+# handler of its own for each.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 
 def preload() -> None:
@@ -33,6 +38,31 @@ def preload() -> None:
     from ..ps import serving  # noqa: F401
     from ..replica import chief, worker  # noqa: F401
     from . import plain  # noqa: F401
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """SIGTERM and SIGINT held (blocked, not lost) while a replica is forked. One that came
+    in between would otherwise reach the child while it still had the parent's handler,
+    which only tells the parent's copy of the state: the child would run on as if never
+    stopped (a pod deleted while its replica starts then waits out its grace period). Held,
+    it reaches the parent once the fork has returned, when the parent knows its child; the
+    child unblocks them itself (:func:`default_signals`)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def default_signals() -> None:
+    """In a child forked under :func:`stop_signals_held`: SIGTERM, SIGINT and SIGCHLD back
+    to their defaults, then SIGTERM and SIGINT let through: one sent to the child
+    meanwhile ends it as it would a replica started cold, until the replica's own handlers
+    are in place."""
+    for signum in (*STOP_SIGNALS, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def die_with_parent(signum: int) -> None:

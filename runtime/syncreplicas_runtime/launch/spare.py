@@ -236,8 +236,10 @@ def wait_for_assignment() -> int | None:
         say(f"spare stopped by {name} after {time.monotonic() - started:.1f} s, never assigned")
         exit_now(OK, rules.stopped_reason(name))
 
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    for signum in previous:
+    # Left in place once assigned: until the replica's own handlers are (the supervisor's,
+    # plain.main's), a stop ends it as the replica it became (as the container's first
+    # process, with no handler, it would not see the signal at all).
+    for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
     preload()
     try:
@@ -250,8 +252,6 @@ def wait_for_assignment() -> int | None:
         assignment = wait(server, state)
     finally:
         server.server_close()  # the listener, then every request's thread joined
-    for signum, handler in previous.items():
-        signal.signal(signum, signal.SIG_DFL if handler is None else handler)
     say(rules.assigned_line(assignment))
     become(assignment)
     return None

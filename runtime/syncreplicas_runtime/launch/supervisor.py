@@ -16,8 +16,10 @@ The count of warm restarts belongs to the pod: kept in ``restartrules.STATE_ENV`
 as the last line of the container's termination message (``processRestarts=N``).
 
 Signals: SIGTERM or SIGINT to this process (the kubelet stopping the pod) goes on to the
-replica, whose exit then ends the container; the replica gets SIGKILL if this process dies
-(so a replica never outlives its container's first process).
+replica, whose exit then ends the container; one that comes before the replica is forked
+(while this process imports) ends the container at once, 128 + the signal. They are held
+across each fork, so that the child never runs this process's handler. The replica gets
+SIGKILL if this process dies (so a replica never outlives its container's first process).
 """
 
 from __future__ import annotations
@@ -31,7 +33,16 @@ from pathlib import Path
 from ..foundation.exitcodes import describe, termination_message
 from ..process.termination import read_termination_message, write_termination_message
 from . import restartrules
-from .preloaded import die_with_parent, exit_child, preload, returncode, run_replica, say
+from .preloaded import (
+    default_signals,
+    die_with_parent,
+    exit_child,
+    preload,
+    returncode,
+    run_replica,
+    say,
+    stop_signals_held,
+)
 
 
 def status_code(status: int) -> int:
@@ -61,8 +72,7 @@ def fork_replica(restarts: int) -> int:
         return pid
 
     def become() -> int:
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)
+        default_signals()
         die_with_parent(signal.SIGKILL)
         os.environ.pop(restartrules.POLICY_ENV, None)
         os.environ[restartrules.COUNT_ENV] = str(restarts)
@@ -85,12 +95,12 @@ def wait_for(pid: int) -> int:
 
 def supervise(rule: restartrules.Rule) -> int:
     """Run the replica, warm-restarting it by ``rule``; the container's exit code."""
-    stopping = False
+    stopping = 0  # the signal that stops the pod, once it came
     child = 0
 
     def stop(signum: int, _frame: object) -> None:
         nonlocal stopping
-        stopping = True
+        stopping = stopping or signum
         if child:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signum)
@@ -102,16 +112,16 @@ def supervise(rule: restartrules.Rule) -> int:
     quick = 0
     while True:
         started = time.monotonic()
-        child = fork_replica(restarts)
-        if stopping:  # the signal came between the fork and ``child`` being set
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child, signal.SIGTERM)
+        with stop_signals_held():  # one that comes meanwhile is handled once ``child`` is set
+            if stopping:  # the pod began stopping before this replica existed (the imports)
+                return stopped_before_start(stopping, restarts)
+            child = fork_replica(restarts)
         status = wait_for(child)
         child = 0
         code = status_code(status)
         lived = time.monotonic() - started
         quick = quick + 1 if lived < restartrules.STEADY_SECONDS else 0
-        done = restartrules.Exit(code=code, lived_seconds=lived, stopping=stopping)
+        done = restartrules.Exit(code=code, lived_seconds=lived, stopping=bool(stopping))
         pause = restartrules.pause_before_restart(rule, done, restarts, max(quick, 1))
         if pause is None:
             break
@@ -127,6 +137,17 @@ def supervise(rule: restartrules.Rule) -> int:
         if stopping:
             break
     leave_message(code, status, restarts)
+    return code
+
+
+def stopped_before_start(signum: int, restarts: int) -> int:
+    """The container's code, and its termination message, when the pod was stopped before
+    its replica was forked: nothing to hand on, nothing to save."""
+    code = 128 + signum
+    reason = f"stopped by {signal.Signals(signum).name} before the replica started"
+    say(reason)
+    write_termination_message(termination_message(code, reason)
+                              + restartrules.count_fact(restarts))  # fmt: skip
     return code
 
 

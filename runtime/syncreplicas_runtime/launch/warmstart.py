@@ -34,7 +34,15 @@ import sys
 import time
 from pathlib import Path
 
-from .preloaded import die_with_parent, exit_child, preload, returncode, run_replica
+from .preloaded import (
+    default_signals,
+    die_with_parent,
+    exit_child,
+    preload,
+    returncode,
+    run_replica,
+    stop_signals_held,
+)
 
 POLL_SECONDS = 0.05
 STOP_GRACE_SECONDS = 30.0  # as a pod's default termination grace period
@@ -80,8 +88,7 @@ def fork_replica(request: dict[str, object], fds: list[int], selector: selectors
         # SIGPIPE stays ignored, as in every Python process (a replica started cold): a peer
         # that closes a socket while the replica writes to it (a metrics reader that gave
         # up) is a BrokenPipeError to handle there, not the replica's death (exit 141).
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)
+        default_signals()
         return run_request(request, fds)
 
     exit_child(become)
@@ -161,7 +168,8 @@ def serve(path: Path) -> int:
                 send(conn, {"error": str(err)})
                 conn.close()
                 continue
-            pid = fork_replica(request, fds, selector, listener, [conn, *children.values()])
+            with stop_signals_held():  # the child's own, once it has let go of this handler
+                pid = fork_replica(request, fds, selector, listener, [conn, *children.values()])
             for fd in fds:
                 os.close(fd)
             children[pid] = conn
