@@ -138,8 +138,10 @@ CHECKS_LOG := reports/lint.log
 # The local lane's replicas are forked from one warm-start server per session (TensorFlow
 # imported once, not by every replica process: tests/support/tfcluster.py).
 # Each lane appends its failures to reports/failures-<lane>.log as they happen.
+# Two streams (pytest-xdist workers): tests/support/streams.py's files in one, the rest in
+# the other.
 PYTEST_LOCAL = env SYNCREPLICAS_WARM_START=1 SYNCREPLICAS_FAILURES_LOG=$(CURDIR)/reports/failures-local.log \
-	$(PY) -m pytest tests --ignore=tests/cluster -p no:cacheprovider --tb=short
+	$(PY) -m pytest tests --ignore=tests/cluster -p no:cacheprovider --tb=short -n 2 --dist loadgroup
 PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 SYNCREPLICAS_FAILURES_LOG=$(CURDIR)/reports/failures-cluster.log \
 	$(PY) -m pytest -p no:cacheprovider --tb=short
 # The cluster's tests as both targets run them: the exclusive ones, the two of them also
