@@ -83,6 +83,20 @@ EOF
 # Apply and wait -------------------------------------------------------------------------
 # Server-side: the CRDs are too large for a client-side apply's annotation.
 "$kubectl" apply --server-side --force-conflicts -f "$work/kueue.yaml" >/dev/null
+
+# The webhook's certificate: the manager's cert rotator writes it into the Secret that its
+# pod mounts, then waits for the files. The kubelet refreshes a mounted Secret only when it
+# syncs the pod, every minute or so: a first install took 16-129 s, up to 2 min of it this
+# wait (beside a loaded machine; 21 s with the annotation, certificates in 2 s). A pod whose
+# annotations change is synced at once, so once the Secret holds the certificate, the
+# manager's pods get one (a Secret that had it already, on a running cluster: at once).
+deadline=$((SECONDS + 120))
+until [[ -n "$("$kubectl" -n "$ns" get secret kueue-webhook-server-cert \
+                 -o 'jsonpath={.data.tls\.crt}' 2>/dev/null)" ]] || ((SECONDS >= deadline)); do
+  sleep 1
+done
+"$kubectl" -n "$ns" annotate pods -l control-plane=controller-manager --overwrite \
+  "syncreplicas.io/certificate-written=$(date +%s)" >/dev/null 2>&1 || true
 "$kubectl" -n "$ns" rollout status "deploy/$deploy" --timeout=5m >/dev/null \
   || fail "deployment $deploy did not roll out"
 "$kubectl" -n "$ns" wait --for=condition=Available "deploy/$deploy" --timeout=2m >/dev/null \
