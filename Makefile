@@ -106,8 +106,9 @@ lint: venv
 #            one after another, no xdist), each in namespaces of its own, the longest
 #            files first;
 #   local    everything else (local TensorFlow processes, kmock, the chart), niced, in a
-#            process group of its own (a run that stops early ends all of it), its output
-#            in reports/pytest-local.log, printed after the cluster's.
+#            process group of its own (a run that stops early ends all of it), in two
+#            streams (PYTEST_LOCAL), its output in reports/pytest-local.log, printed after
+#            the cluster's.
 # Each run writes JUnit XML under reports/; a sampler records the CPU of every process by
 # component (hack/suite/cpusample.py). The output ends with that table and the slowest
 # tests of each lane.
