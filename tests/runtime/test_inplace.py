@@ -26,7 +26,7 @@ import pytest
 from syncreplicas_runtime.foundation import exitcodes
 
 from tests.runtime.rtutil import eventually, linear_job, runtime_env
-from tests.support.groups import children_of
+from tests.support.groups import children_of, signal_set
 from tests.support.tfcluster import metric_value, start_cluster
 
 pytestmark = pytest.mark.slow
@@ -111,13 +111,6 @@ def test_under_on_failure_the_budget_is_spent_then_the_container_ends(tmp_path: 
     assert lines[-1] == "processRestarts=2"
 
 
-def catches_sigterm(pid: int) -> bool:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigCgt:"):
-            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
-    return False
-
-
 def test_a_sigterm_while_the_first_process_imports_ends_the_container_at_once(
         tmp_path: Path) -> None:  # fmt: skip
     """A worker whose peers never come (it would wait for them for ever), stopped while it
@@ -136,7 +129,8 @@ def test_a_sigterm_while_the_first_process_imports_ends_the_container_at_once(
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         # Once it catches SIGTERM (its handler is set before the imports; before that, the
         # interpreter's own start, a container's first process would not see the signal).
-        assert eventually(lambda p=first.pid: catches_sigterm(p), 60), "no handler"
+        caught = eventually(lambda p=first.pid: signal_set(p, "SigCgt", signal.SIGTERM), 60)
+        assert caught, "no SIGTERM handler within 60 s"
         first.send_signal(signal.SIGTERM)
         try:
             out, _ = first.communicate(timeout=30)

@@ -23,7 +23,7 @@ from syncreplicas_operator.local.warmstart import WarmServer
 from syncreplicas_runtime.foundation import exitcodes
 
 from tests.runtime.rtutil import linear_job, runtime_env
-from tests.support.groups import parent_of
+from tests.support.groups import parent_of, signal_set
 from tests.support.tfcluster import start_cluster, warm_server
 
 pytestmark = pytest.mark.slow
@@ -38,13 +38,6 @@ def eventually(probe: Callable[[], bool], timeout: float = 10.0) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def sigpipe_ignored(pid: int) -> bool:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigIgn:"):
-            return bool(int(line.split()[1], 16) >> (signal.SIGPIPE - 1) & 1)
-    raise AssertionError(f"no SigIgn in /proc/{pid}/status")
 
 
 def test_a_job_of_forked_replicas_trains_to_the_end(tmp_path: Path,
@@ -93,7 +86,7 @@ def test_exit_codes_environment_and_output_are_the_requests(tmp_path: Path) -> N
             assert eventually(lambda: "started:" in out.read_text(), 60)
             # SIGPIPE ignored, as in a replica started cold (a forked one that had it at its
             # default died with 141 when a reader closed its socket mid-write, under load).
-            assert sigpipe_ignored(stopped.pid)  # type: ignore[attr-defined]
+            assert signal_set(stopped.pid, "SigIgn", signal.SIGPIPE)  # type: ignore[attr-defined]
             stopped.terminate()  # type: ignore[attr-defined]
             assert stopped.wait(timeout=30) == 128 + signal.SIGTERM  # type: ignore[attr-defined]
         # Each ran as the replica its environment names (TF_CONFIG: worker 0).

@@ -1,5 +1,6 @@
 """Processes for the tests: stop one started in a process group of its own, with
-everything it started; a process's parent and children, as /proc has them."""
+everything it started; a process's parent, children and signal dispositions, as /proc has
+them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,15 @@ def parent_of(pid: int) -> int:
 def children_of(pid: int) -> list[int]:
     """The pids of a process's children (those of its main thread)."""
     return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def signal_set(pid: int, field: str, signum: int) -> bool:
+    """Whether ``signum`` is in a process's signal mask ``field`` of /proc/PID/status
+    (``SigIgn``: ignored, ``SigCgt``: caught by a handler, ``SigBlk``: blocked)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
 def stop_group(proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float) -> None:
