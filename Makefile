@@ -118,22 +118,26 @@ TEST_NODES := 4
 ifdef REPEAT
 export SYNCREPLICAS_REPEAT := $(REPEAT)
 endif
-# Two: the shared cluster tests two at a time (pytest-xdist, a file's tests in one
-# worker). They run after the exclusive ones, beside the end of the local lane. Alone on a
-# running cluster, three at a time took 10.7 and 12.1 min against 12.8 two at a time, but
-# each test under half as much load again: in a fresh clone from empty caches three at a
-# time ran at a load of 23-41 on the 2 cores, and on a slower machine the CI's run of
-# 27f2dc8 lost its API server (dial and TLS handshake timeouts) for the rest of the shared
-# tests. 1: one after another, without xdist (CONTRIBUTING.md, "Where the time goes").
-CLUSTER_WORKERS ?= 2
+# Three: the shared cluster tests three at a time (pytest-xdist, a file's tests in one
+# worker), after the exclusive ones. Two at a time they left a third of both cores idle
+# (a 10 s sampler over run L's 11.9 min of them: 66% busy; most wait on the cluster's
+# timers, Prometheus's scrapes and rules, Perses in Chromium). Only two while the local
+# lane still runs (its reports/junit-local.xml not yet written, as on a machine slower
+# than this one): in a fresh clone from empty caches three beside the local lane ran at a
+# load of 23-41 on the 2 cores, and on a slower machine the CI's run of 27f2dc8 lost its
+# API server (dial and TLS handshake timeouts) for the rest of the shared tests. 1: one
+# after another, without xdist (CONTRIBUTING.md, "Where the time goes").
+CLUSTER_WORKERS ?= 3
+CLUSTER_WORKERS_BESIDE_LOCAL ?= 2
 # --no-loadscope-reorder: the files in tests/cluster/conftest.py's order, longest first
 # (xdist's own order is by the number of tests in a file: test_api's 200 short ones first,
-# the one long browser test last).
-CLUSTER_SHARED = $(if $(filter-out 1,$(CLUSTER_WORKERS)),-n $(CLUSTER_WORKERS) --dist loadgroup \
-	--no-loadscope-reorder)
+# the one long browser test last). In the shell: $$workers, how many.
+CLUSTER_SHARED = $$([ $$workers = 1 ] || printf -- '-n %s --dist loadgroup --no-loadscope-reorder' $$workers)
 LOCAL_TESTS_LOG := reports/pytest-local.log
-# How far make test's build-all.sh got (--status): the cluster comes up once its core is
-# built, and its images.sh waits for the rest before the add-ons' images.
+# How far make test's build-all.sh got (--status): the cluster comes up once the Go lane's
+# first half (its binaries) is built, its images.sh waits for the operator and runtime
+# images (the other lane's first half: 28 s on a warm machine, beside the bring-up's 19),
+# then for the rest before the add-ons' images.
 TEST_BUILD_STATUS := $(CURDIR)/reports/build-status
 CHECKS_LOG := reports/lint.log
 # The local lane's replicas are forked from one warm-start server per session (TensorFlow
@@ -153,6 +157,10 @@ CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'exclusive and not paired' \
 		--junitxml=reports/junit-cluster-exclusive.xml; rc=$$?; \
 	$(PYTEST_CLUSTER) tests/cluster -m paired -n 2 --dist loadgroup \
 		--junitxml=reports/junit-cluster-paired.xml || rc=1; \
+	workers=$(CLUSTER_WORKERS); if [ $$workers -gt $(CLUSTER_WORKERS_BESIDE_LOCAL) ] && \
+		[ -n "$${local:-}" ] && [ ! -e reports/junit-local.xml ]; then \
+		workers=$(CLUSTER_WORKERS_BESIDE_LOCAL); \
+		echo "(the local lane still runs: the shared tests $$workers at a time)"; fi; \
 	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
 		--junitxml=reports/junit-cluster-shared.xml || rc=1
 CLUSTER_JUNIT := cluster=reports/junit-cluster-shared.xml \
@@ -171,7 +179,7 @@ test:
 	stop() { [ -z "$$local" ] || { kill -INT $$local; sleep 5; kill -KILL -- -$$local 2>/dev/null; \
 		wait $$local; }; wait $$built; python3 hack/suite/cpusample.py stop reports >/dev/null; \
 		[ $$was_up = 1 ] || python3 $(CLUSTER)/cluster.py down; exit 1; }; \
-	$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) core || stop; \
+	$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) go || stop; \
 	setsid bash -c '$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) all >/dev/null && \
 		exec nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml' >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \

@@ -12,18 +12,20 @@
 # one's compiles fill; with everything cached both return at once. Each line says its lane;
 # it fails when either lane does (after both have ended).
 #
-#   build-all.sh [--status DIR]   build; with --status, DIR says how far it got: DIR/core
-#                                 once both lanes' first halves are built (a cluster can
-#                                 come up and take the operator's and runtime's images
-#                                 while the add-ons build on), DIR/rc its exit status
-#   build-all.sh --await DIR core|all
+#   build-all.sh [--status DIR]   build; with --status, DIR says how far it got: DIR/go
+#                                 once the first lane's first half is built (a cluster can
+#                                 come up), DIR/images the second's (the operator's and
+#                                 runtime's images can go into its nodes), DIR/core both
+#                                 (the add-ons build on meanwhile), DIR/rc its exit status
+#   build-all.sh --await DIR go|images|core|all
 #                                 wait for that build to get so far; fails when it failed
 #                                 (or ended without a word)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
 if [[ "${1:-}" == --await ]]; then
-  dir="${2:?--await DIR core|all}" what="${3:?--await DIR core|all}"
+  dir="${2:?--await DIR go|images|core|all}" what="${3:?--await DIR go|images|core|all}"
+  case "$what" in go | images | core | all) ;; *) echo "build-all: --await DIR go|images|core|all, not $what" >&2; exit 2 ;; esac
   t=$SECONDS
   while true; do
     if [[ -e "$dir/rc" ]]; then
@@ -31,7 +33,7 @@ if [[ "${1:-}" == --await ]]; then
       echo "build-all: the build failed (exit $(cat "$dir/rc")): its lines say which lane" >&2
       exit 1
     fi
-    [[ $what == core && -e "$dir/core" ]] && break
+    [[ $what != all && -e "$dir/$what" ]] && break
     pid="$(cat "$dir/pid" 2>/dev/null || true)"  # none yet: the build is only starting
     if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null && [[ ! -e "$dir/rc" ]]; then
       echo "build-all: the build in $dir ended without an exit status" >&2

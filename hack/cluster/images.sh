@@ -29,9 +29,10 @@
 #                                binaries needed: build-all.sh runs it beside the Go builds)
 #   SYNCREPLICAS_IMAGES_BUILT=1  the operator and runtime images as they are (build-all.sh
 #                                has just built them), not looked at again
-#   SYNCREPLICAS_BUILD_STATUS=D  build-all.sh --status D is still building the add-ons'
-#                                binaries: the pause, operator and runtime images are loaded
-#                                first, then it waits for that build (build-all.sh --await)
+#   SYNCREPLICAS_BUILD_STATUS=D  build-all.sh --status D is still building: the operator and
+#                                runtime images are waited for (build-all.sh --await D
+#                                images), the pause, operator and runtime images loaded
+#                                first, then it waits for the whole build (--await D all)
 #                                before it makes and loads Kueue's and the monitoring's
 #   images.sh --operator-tag T   also an operator image tagged T (the operator image with
 #                                one more label: a new image ID, as a release would have),
@@ -127,6 +128,11 @@ if ! exists "$BASE"; then
 fi
 
 # operator and runtime -------------------------------------------------------------------
+# While build-all.sh still builds them (make test's cluster comes up once its binaries are
+# there), they are waited for, not built a second time beside it.
+if [[ -n "${SYNCREPLICAS_BUILD_STATUS:-}" && $python_only == 0 ]]; then
+  "$here/build-all.sh" --await "$SYNCREPLICAS_BUILD_STATUS" images
+fi
 # pip inside the build reaches PyPI with this machine's pip settings and CA bundle.
 volumes=(-v /etc/ssl/certs:/etc/ssl/certs:ro)
 [[ -f /etc/pip.conf ]] && volumes+=(-v /etc/pip.conf:/etc/pip.conf:ro)

@@ -37,7 +37,7 @@ from syncreplicas_operator.core import actions, naming
 from syncreplicas_operator.resources.metrics import OperatorMetrics
 from syncreplicas_runtime.process.metrics import RuntimeMetrics
 
-from tests.support.tfcluster import LocalCluster, free_port, metric_value, start_cluster
+from tests.support.tfcluster import LocalCluster, metric_value, start_cluster
 
 DASHBOARD = next(p for p in DASHBOARDS if p.name == "syncreplicas.json")
 JOB_NAME = "demo"
@@ -269,7 +269,8 @@ def test_every_panel_returns_data_from_a_real_run(
     }
     cluster = start_cluster(job, workers=1, ps=1, workdir=tmp_path / "job", start=False)
     prometheus = Prometheus(
-        prometheus_config(cluster, operator_metrics_port), tmp_path / "prometheus", free_port()
+        prometheus_config(cluster, operator_metrics_port), tmp_path / "prometheus",
+        cluster.unique_port()
     )
     metrics_text: dict[tuple[str, int], str] = {}
     try:

@@ -206,7 +206,7 @@ def test_a_spare_skips_the_model_check_and_a_model_error_still_exits_model(
     with start_cluster(job, workers=0, ps=1, workdir=tmp_path, env=runtime_env(),
                        start=False) as cluster:  # fmt: skip
         ps = cluster.replica("ps", 0)
-        port, log = free_port(), tmp_path / "spare-ps.log"
+        port, log = cluster.unique_port(), tmp_path / "spare-ps.log"
         proc = start_spare(spare_env(tmp_path, port), log)
         try:
             ready_spare(port, proc, log)

@@ -34,7 +34,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from tests.support.tfcluster import LocalCluster, free_port
+from tests.support.tfcluster import LocalCluster
 
 INCARNATION_ENV = "SYNCREPLICAS_INCARNATION"
 
@@ -107,7 +107,7 @@ class Partition:
         self.public = int(self.replica.grpc_address.rsplit(":", 1)[1])
         self.old: subprocess.Popen[bytes] | None = None
         self.old_log: Path = self.replica.log_path
-        private = free_port()
+        private = cluster.unique_port()
         self._tell(private, incarnation)
         self.forwarder = Forwarder(self.public, private)
 
@@ -128,10 +128,10 @@ class Partition:
         assert old is not None and old.poll() is None, "the replica is not running"
         os.killpg(old.pid, signal.SIGSTOP)
         self.old = old
-        private = free_port()
+        private = self.cluster.unique_port()
         self._tell(private, incarnation)
         if self.replica.metrics_port:  # the old process still holds its metrics port
-            self.replica.metrics_port = free_port()
+            self.replica.metrics_port = self.cluster.unique_port()
             self.replica.env["SYNCREPLICAS_METRICS_PORT"] = str(self.replica.metrics_port)
         self.replica.log_path = self.old_log.with_suffix(".replacement.log")
         self.forwarder.switch(private)

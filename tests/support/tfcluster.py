@@ -109,12 +109,24 @@ class Replica:
 class LocalCluster:
     """Handles to the processes of one local job. Use as a context manager."""
 
-    def __init__(self, replicas: list[Replica], workdir: Path) -> None:
+    def __init__(self, replicas: list[Replica], workdir: Path,
+                 ports: set[int] | None = None) -> None:  # fmt: skip
         self.replicas = replicas
         self.workdir = workdir
         self._by_key = {r.key: r for r in replicas}
         # Started by start_all (an elastic job's other worker slots start when scaled up).
         self.initial = {r.key for r in replicas}
+        self._ports = ports if ports is not None else set()
+
+    def unique_port(self) -> int:
+        """A free port not yet given to this cluster. A port given out is released until
+        its replica binds it, and the kernel may hand it out again meanwhile (a replica
+        not yet started, a worker slot not yet scaled up); gRPC servers bind with
+        SO_REUSEPORT, so both would start, or the later one fail."""
+        while (port := free_port()) in self._ports:
+            pass
+        self._ports.add(port)
+        return port
 
     # -- lookup -----------------------------------------------------------------
     def replica(self, role: str, index: int = 0) -> Replica:
@@ -310,14 +322,7 @@ def start_cluster(
     slots = job["elasticPolicy"]["maxWorkers"] if job.get("elasticPolicy") else workers
     shape = {"ps": ps, "chief": 1, "worker": slots}
     picked: set[int] = set()
-
-    def unique_port() -> int:
-        """A free port not yet given to this cluster: the kernel may hand the same one out
-        twice in a row, and gRPC servers bind with SO_REUSEPORT, so both would start."""
-        while (port := free_port()) in picked:
-            pass
-        picked.add(port)
-        return port
+    unique_port = LocalCluster([], workdir, picked).unique_port
 
     cluster_spec: dict[str, list[str]] = {}
     for role in ROLES_ORDER:
@@ -351,7 +356,7 @@ def start_cluster(
                     log_path=workdir / f"{role}-{i}.log",
                 )
             )
-    cluster = LocalCluster(replicas, workdir)
+    cluster = LocalCluster(replicas, workdir, picked)
     cluster.initial = {r.key for r in replicas if r.role != "worker" or r.index < workers}
     if start:
         try:
