@@ -168,8 +168,11 @@ for name in "$@"; do
     node="${line%% *}"; sock="${line#* }"
     [[ -S "$sock" ]] || { echo "images: no containerd at $sock ($node)" >&2; exit 1; }
     mark="$IMPORTED/$node/$key"
+    # The listing read whole, not piped into `grep -q`: grep leaves at its first match,
+    # and a ctr that writes after that dies of SIGPIPE, which pipefail made this test's
+    # answer (a node that had the image took it in again: a minute for the runtime's).
     if [[ -f "$mark" && "$(cat "$mark")" == "$id" ]] \
-        && ctr --address "$sock" -n k8s.io images ls -q | grep -qx "$name"; then
+        && grep -qx "$name" <<< "$(ctr --address "$sock" -n k8s.io images ls -q)"; then
       continue
     fi
     todo+=("$line")
