@@ -119,11 +119,10 @@ ifdef REPEAT
 export SYNCREPLICAS_REPEAT := $(REPEAT)
 endif
 # Two: the shared cluster tests two at a time (pytest-xdist, a file's tests in one worker),
-# after the exclusive ones. Two at a time leave a third of both cores idle (a 10 s sampler
-# over run L's 11.9 min of them: 66% busy; most wait on the cluster's timers, Prometheus's
-# scrapes and rules, Perses in Chromium). Three at a time (CLUSTER_WORKERS=3) took 10.5 and
-# 9.8 min against 11.9 (runs M and N, warm: 26.3 and 24.7 min in all), the machine 95-100%
-# busy; in N two tests failed under it: a replaced worker whose own name still resolved to
+# after the exclusive ones. Two at a time leave a sixth of both cores idle (a 10 s sampler
+# over run L's 11.9 min of them: 83% busy, 26-100% from one sample to the next). Three at
+# a time (CLUSTER_WORKERS=3) took 10.5 and 9.8 min against 11.9 (runs M and N, warm: 26.3
+# and 24.7 min in all), the machine 91-92% busy; in N two tests failed under it: a replaced worker whose own name still resolved to
 # its old pod's address was not Ready in 120 s, and a fuzz test that counts the operator's
 # reconcile passes over every namespace saw the other workers' jobs (CONTRIBUTING.md). In
 # any case no more than CLUSTER_WORKERS_BESIDE_LOCAL while the local lane still runs (its
