@@ -122,9 +122,10 @@ endif
 # after the exclusive ones. Two at a time leave a sixth of both cores idle (a 10 s sampler
 # over run L's 11.9 min of them: 83% busy, 26-100% from one sample to the next). Three at
 # a time (CLUSTER_WORKERS=3) took 10.5 and 9.8 min against 11.9 (runs M and N, warm: 26.3
-# and 24.7 min in all), the machine 91-92% busy; in N two tests failed under it: a replaced worker whose own name still resolved to
-# its old pod's address was not Ready in 120 s, and a fuzz test that counts the operator's
-# reconcile passes over every namespace saw the other workers' jobs (CONTRIBUTING.md). In
+# and 24.7 min in all), the machine 91-92% busy; in N two tests failed under it: a
+# replaced worker whose own name still resolved to its old pod's address was not Ready in
+# 120 s, and a fuzz test that counts the operator's reconcile passes over every namespace
+# saw the other workers' jobs (CONTRIBUTING.md). In
 # any case no more than CLUSTER_WORKERS_BESIDE_LOCAL while the local lane still runs (its
 # reports/junit-local.xml not yet written): in a fresh clone from empty caches three
 # beside it ran at a load of 23-41 on the 2 cores, and on a slower machine the CI's run of

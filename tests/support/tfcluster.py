@@ -70,6 +70,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def unique_port(given: set[int]) -> int:
+    """A free port not in ``given``, added to it. A port given out is released until its
+    replica binds it, and the kernel may hand it out again meanwhile (a replica not yet
+    started, a worker slot not yet scaled up); gRPC servers bind with SO_REUSEPORT, so both
+    would start, or the later one fail."""
+    while (port := free_port()) in given:
+        pass
+    given.add(port)
+    return port
+
+
 @dataclass
 class Replica:
     """One process of the cluster. ``metrics_url`` is None when metrics are disabled."""
@@ -119,14 +130,8 @@ class LocalCluster:
         self._ports = ports if ports is not None else set()
 
     def unique_port(self) -> int:
-        """A free port not yet given to this cluster. A port given out is released until
-        its replica binds it, and the kernel may hand it out again meanwhile (a replica
-        not yet started, a worker slot not yet scaled up); gRPC servers bind with
-        SO_REUSEPORT, so both would start, or the later one fail."""
-        while (port := free_port()) in self._ports:
-            pass
-        self._ports.add(port)
-        return port
+        """A free port not yet given to this cluster (unique_port())."""
+        return unique_port(self._ports)
 
     # -- lookup -----------------------------------------------------------------
     def replica(self, role: str, index: int = 0) -> Replica:
@@ -322,12 +327,11 @@ def start_cluster(
     slots = job["elasticPolicy"]["maxWorkers"] if job.get("elasticPolicy") else workers
     shape = {"ps": ps, "chief": 1, "worker": slots}
     picked: set[int] = set()
-    unique_port = LocalCluster([], workdir, picked).unique_port
 
     cluster_spec: dict[str, list[str]] = {}
     for role in ROLES_ORDER:
         if shape[role]:
-            cluster_spec[role] = [f"127.0.0.1:{unique_port()}" for _ in range(shape[role])]
+            cluster_spec[role] = [f"127.0.0.1:{unique_port(picked)}" for _ in range(shape[role])]
 
     base_env = dict(os.environ)
     base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -337,7 +341,7 @@ def start_cluster(
     replicas: list[Replica] = []
     for role in ROLES_ORDER:
         for i in range(shape[role]):
-            mport = unique_port() if metrics_on else 0
+            mport = unique_port(picked) if metrics_on else 0
             renv = dict(base_env)
             told: dict[str, Any] = dict(cluster_spec)
             if sparse and slots and role != "ps":
