@@ -20,7 +20,12 @@
 #   Perses from github.com/perses/perses and its plugins (perses/build.sh), only when
 #     SYNCREPLICAS_MONITORING=1.
 # Each lands in $CACHE/<name>-<version>/bin. With the binaries there it does nothing; with
-# the Go build cache warm a rebuild is a link step.
+# the Go build cache warm a rebuild is a link step. Kubernetes is built first, and every
+# other component takes the versions of Kubernetes' build for the modules both compile
+# (go-align.py: their go.mod files, or the trimmed copies' at build time), so client-go,
+# x/net, gRPC and the rest come from the build cache instead of being compiled again at
+# each component's own versions; Kueue needs newer klog, kube-openapi and utils than
+# Kubernetes v1.35.8 takes, so it compiles its own.
 #
 #   build-binaries.sh [--force] [--go | --go-core | --go-rest | --perses]
 #     --force   build again what is cached
@@ -54,17 +59,32 @@ cached() {  # cached DIR BINARY...: true when every binary is in DIR
   for b in "$@"; do [[ -x "$dir/$b" ]] || return 1; done
 }
 
+# The pins of a build: a short hash of what chose its sources' versions (a module's go.mod
+# and go.sum; for a trimmed build, go-align.py and Kubernetes' go.mod and go.sum, which it
+# aligns with), written beside the binaries (OUT/pins). A cached build whose pins changed
+# is built again.
+module_pins() { cat "$here/$1/go.mod" "$here/$1/go.sum" | sha256sum | cut -c1-16; }
+align_pins() { cat "$here/go-align.py" "$here/kubernetes/go.mod" "$here/kubernetes/go.sum" | sha256sum | cut -c1-16; }
+built() {  # built DIR PINS BINARY...: cached, from sources with those pins
+  local dir="$1" pins="$2"
+  shift 2
+  cached "$dir" "$@" && [[ "$(cat "$dir/pins" 2>/dev/null)" == "$pins" ]]
+}
+
 took() { echo "build: $1 in $(( SECONDS - $2 )) s -> $3"; }
 
 # go_build WHAT OUT MODULE_DIR LDFLAGS PACKAGE...: build the packages with the go.mod in
 # MODULE_DIR into OUT (each binary named after its package, as `go build -o DIR/` does),
-# replacing OUT only once every binary is there.
+# replacing OUT only once every binary is there. MODULE_DIR's versions are those of
+# Kubernetes' build where both compile a module (go-align.py --tidy wrote them): what the
+# Kubernetes build compiled is not compiled again.
 go_build() {
   local what="$1" out="$2" module="$3" ldflags="$4" t=$SECONDS
   shift 4
   echo "build: $what"
   rm -rf "$out.tmp" && mkdir -p "$out.tmp"
   (cd "$here/$module" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "$@")
+  module_pins "$module" >"$out.tmp/pins"
   rm -rf "$out" && mv "$out.tmp" "$out"
   took "$what" $t "$out"
 }
@@ -73,6 +93,9 @@ go_build() {
 # writable copy of the module into OUT, after CUT (a function run in the copy, given KEPT)
 # has cut its build configuration down to KEPT as its own documentation says (CoreDNS'
 # plugin.cfg, Prometheus' plugins.yml). KEPT is written beside the binaries (OUT/kept).
+# CUT also aligns the copy's go.mod with Kubernetes' build (go-align.py) for the k8s.io
+# packages the binaries import and what those are built from: those come from the build
+# cache, not compiled again at the module's own versions.
 trimmed_build() {
   local what="$1" out="$2" module="${3%@*}" version="${3#*@}" kept="$4" cut="$5"
   local ldflags="$6" t=$SECONDS src dir
@@ -86,6 +109,7 @@ trimmed_build() {
   cp -r "$dir/." "$src/" && chmod -R u+w "$src"
   (cd "$src" && "$cut" "$kept" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "$@")
   echo "$kept" >"$out.tmp/kept"
+  align_pins >"$out.tmp/pins"
   rm -rf "$out" "$src" && mv "$out.tmp" "$out"
   took "$what" $t "$out"
 }
@@ -95,7 +119,7 @@ trimmed_build() {
 kept_cached() {
   local dir="$1" kept="$2"
   shift 2
-  cached "$dir" "$@" && [[ "$(cat "$dir/kept" 2>/dev/null)" == "$kept" ]]
+  built "$dir" "$(align_pins)" "$@" && [[ "$(cat "$dir/kept" 2>/dev/null)" == "$kept" ]]
 }
 
 # The Go components in two parts (the bodies are not indented: one section each). What a
@@ -105,7 +129,7 @@ go_core() {
 # Kubernetes -----------------------------------------------------------------------------
 k8s="$CACHE/kubernetes-$KUBERNETES_VERSION/bin"
 components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubemark)
-if ! cached "$k8s" "${components[@]}"; then
+if ! built "$k8s" "$(module_pins kubernetes)" "${components[@]}"; then
   v="${KUBERNETES_VERSION#v}"; major="${v%%.*}"; rest="${v#*.}"; minor="${rest%%.*}"
   # What `kubectl version` and helm's kubeVersion read; without it: v0.0.0.
   ldflags="-s -w"
@@ -121,7 +145,7 @@ fi
 
 # etcd -----------------------------------------------------------------------------------
 etcd="$CACHE/etcd-$ETCD_VERSION/bin"
-if ! cached "$etcd" etcd; then
+if ! built "$etcd" "$(module_pins etcd)" etcd; then
   # The package is go.etcd.io/etcd/server/v3: its binary is named "server".
   go_build "etcd $ETCD_VERSION" "$etcd" etcd "-s -w" go.etcd.io/etcd/server/v3
   mv "$etcd/server" "$etcd/etcd"
@@ -134,7 +158,8 @@ fi
 # clouddns), etcd, tracing, dnstap, geoip and the rest are not compiled.
 cut_coredns() {
   awk -F: -v keep=" $1 " '/^#/ || NF < 2 || index(keep, " " $1 " ")' plugin.cfg \
-    >plugin.cfg.kept && mv plugin.cfg.kept plugin.cfg && go run directives_generate.go
+    >plugin.cfg.kept && mv plugin.cfg.kept plugin.cfg && go run directives_generate.go \
+    && python3 "$here/go-align.py" . .
 }
 coredns="$CACHE/coredns-$COREDNS_VERSION/bin"
 kept="root metadata cancel timeouts reload bufsize bind debug ready health"
@@ -146,7 +171,7 @@ fi
 
 # kube-router ----------------------------------------------------------------------------
 kube_router="$CACHE/kube-router-$KUBE_ROUTER_VERSION/bin"
-if ! cached "$kube_router" kube-router; then
+if ! built "$kube_router" "$(module_pins kube-router)" kube-router; then
   kv="github.com/cloudnativelabs/kube-router/v2/pkg/version"
   go_build "kube-router $KUBE_ROUTER_VERSION" "$kube_router" kube-router \
     "-s -w -X $kv.Version=$KUBE_ROUTER_VERSION -X $kv.BuildDate=1970-01-01T00:00:00Z" tool
@@ -174,7 +199,12 @@ go_rest() {
 cut_prometheus() {
   local sd
   for sd in $1; do echo "- github.com/prometheus/prometheus/discovery/$sd"; done >plugins.yml
-  go generate -tags plugins ./plugins
+  go generate -tags plugins ./plugins || return
+  # Not its k8s.io modules: Prometheus builds client-go against a klog of its own
+  # (klog-gokit), which Kubernetes' client-go v0.35 outgrew (klog.LoggerWithName); nor
+  # gnostic-models, whose v0.7 its kube-openapi cannot take (yaml.v3's new import path).
+  python3 "$here/go-align.py" . --keep k8s.io/ --keep sigs.k8s.io/ \
+    --keep github.com/google/gnostic-models ./cmd/prometheus ./cmd/promtool
 }
 prometheus="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"
 kept="kubernetes dns"
@@ -190,7 +220,7 @@ fi
 # Kueue ----------------------------------------------------------------------------------
 # Only for `make cluster KUEUE=1` (~3 min cold on 2 cores: every job integration's API).
 kueue="$CACHE/kueue-$KUEUE_VERSION/bin"
-if [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && ! cached "$kueue" manager; then
+if [[ "${SYNCREPLICAS_KUEUE:-}" == 1 ]] && ! built "$kueue" "$(module_pins kueue)" manager; then
   # The ldflags of its Makefile (LD_FLAGS): the version its log and kueue_build_info show.
   qv="sigs.k8s.io/kueue/pkg/version"
   go_build "kueue $KUEUE_VERSION" "$kueue" kueue \
@@ -204,7 +234,7 @@ fi
 # Only for `make cluster MONITORING=1`.
 prom_operator="$CACHE/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/bin"
 if [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] \
-    && ! cached "$prom_operator" operator prometheus-config-reloader; then
+    && ! built "$prom_operator" "$(module_pins prometheus-operator)" operator prometheus-config-reloader; then
   # The ldflags of its Makefile (GO_BUILD_LDFLAGS): the version its logs and build_info show.
   pv="github.com/prometheus/common/version"
   go_build "prometheus-operator $PROMETHEUS_OPERATOR_VERSION" "$prom_operator" \
@@ -217,12 +247,13 @@ fi
 # Perses ---------------------------------------------------------------------------------
 # Only for `make cluster MONITORING=1` (286 s cold, 147 s with warm Go and npm caches, on 2
 # cores: npm ci twice, the UI's bundle, the server's Go build, three plugins). Cached by
-# version and by the pins of perses/go.sum, the plugins' package-lock.json and the build
-# script itself.
+# version and by the pins of perses/go.sum, the plugins' package-lock.json, the build
+# script itself and what aligns its Go build with Kubernetes' (go-align.py).
 perses_build() {
   [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] || return 0
   perses="$CACHE/perses-$PERSES_VERSION"
-  pins="$(cat "$here/perses/go.sum" "$here/perses/plugins/package-lock.json" "$here/perses/build.sh" | sha256sum | cut -c1-16)"
+  pins="$(cat "$here/perses/go.sum" "$here/perses/plugins/package-lock.json" "$here/perses/build.sh" \
+    "$here/go-align.py" "$here/kubernetes/go.mod" "$here/kubernetes/go.sum" | sha256sum | cut -c1-16)"
   if ! cached "$perses/bin" perses percli || [[ "$(cat "$perses/pins" 2>/dev/null)" != "$pins" ]]; then
     "$here/perses/build.sh" "$perses"
     echo "$pins" > "$perses/pins"

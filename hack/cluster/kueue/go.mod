@@ -1,7 +1,9 @@
 // Builds Kueue v0.17.0's manager (sigs.k8s.io/kueue/cmd/kueue, the image's /manager) for
 // `make cluster KUEUE=1`: job queueing, quota and preemption for SyncReplicasJobs, run from
 // the release's own kustomize config (install-kueue.sh). Its go.mod has no replaces, so the
-// versions below are its own, unchanged.
+// versions below are its own, unchanged. Not aligned with the Kubernetes build
+// (../go-align.py): Kueue requires newer klog, kube-openapi, utils and structured-merge-diff
+// than Kubernetes v1.35.8 takes, and every k8s.io package imports one of them.
 module syncreplicas.io/hack/cluster/kueue
 
 go 1.25.0

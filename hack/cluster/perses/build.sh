@@ -51,7 +51,9 @@ say "UI (npm ci, swc, rspack: ~1.5 min)"
 )
 say "server and percli (go build)"
 pv="github.com/prometheus/common/version"
-(cd "$src/perses" && go build -trimpath \
+# Its k8s.io packages and what they are built from at the Kubernetes build's versions
+# (../go-align.py): those come from the build cache, not compiled again.
+(cd "$src/perses" && python3 "$here/../go-align.py" . ./cmd/perses ./cmd/percli && go build -trimpath \
   -ldflags "-s -w -X $pv.Version=${PERSES_VERSION#v} -X $pv.Branch=release -X $pv.Revision=module" \
   -o "$work/bin/" ./cmd/perses ./cmd/percli)
 
