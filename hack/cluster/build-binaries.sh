@@ -63,8 +63,9 @@ cached() {  # cached DIR BINARY...: true when every binary is in DIR
 # and go.sum; for a trimmed build, go-align.py and Kubernetes' go.mod and go.sum, which it
 # aligns with), written beside the binaries (OUT/pins). A cached build whose pins changed
 # is built again.
-module_pins() { cat "$here/$1/go.mod" "$here/$1/go.sum" | sha256sum | cut -c1-16; }
-align_pins() { cat "$here/go-align.py" "$here/kubernetes/go.mod" "$here/kubernetes/go.sum" | sha256sum | cut -c1-16; }
+pins_of() { cat "$@" | sha256sum | cut -c1-16; }  # pins_of FILE...
+module_pins() { pins_of "$here/$1/go.mod" "$here/$1/go.sum"; }
+align_pins() { pins_of "$here/go-align.py" "$here/kubernetes/go.mod" "$here/kubernetes/go.sum"; }
 built() {  # built DIR PINS BINARY...: cached, from sources with those pins
   local dir="$1" pins="$2"
   shift 2
@@ -252,8 +253,8 @@ fi
 perses_build() {
   [[ "${SYNCREPLICAS_MONITORING:-}" == 1 ]] || return 0
   perses="$CACHE/perses-$PERSES_VERSION"
-  pins="$(cat "$here/perses/go.sum" "$here/perses/plugins/package-lock.json" "$here/perses/build.sh" \
-    "$here/go-align.py" "$here/kubernetes/go.mod" "$here/kubernetes/go.sum" | sha256sum | cut -c1-16)"
+  pins="$(pins_of "$here/perses/go.sum" "$here/perses/plugins/package-lock.json" "$here/perses/build.sh" \
+    "$here/go-align.py" "$here/kubernetes/go.mod" "$here/kubernetes/go.sum")"
   if ! cached "$perses/bin" perses percli || [[ "$(cat "$perses/pins" 2>/dev/null)" != "$pins" ]]; then
     "$here/perses/build.sh" "$perses"
     echo "$pins" > "$perses/pins"
