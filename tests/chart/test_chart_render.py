@@ -154,7 +154,7 @@ EXPECTED_RULES = {
     ("", "services"): {"list", "watch", "create", "delete"},
     ("networking.k8s.io", "networkpolicies"): {"list", "watch", "create"},
     ("", "events"): {"create"},
-    ("policy", "poddisruptionbudgets"): {"create"},
+    ("policy", "poddisruptionbudgets"): {"list", "create"},
     ("scheduling.x-k8s.io", "podgroups"): {"create", "delete"},
     ("scheduling.volcano.sh", "podgroups"): {"create", "delete"},
 }

@@ -147,6 +147,14 @@ def no_events(o: Outcome) -> None:
     assert not o.seen.events and o.created("pods") == 2 and o.seen.status_seen, o.seen
 
 
+def budget_created_unlisted(o: Outcome) -> None:
+    """The job lives its life; its budget is created without a look first (a loop that
+    starts again, after a restart or a leader's handover, creates it again: a 409)."""
+    assert "PodDisruptionBudget exists is not known" in o.log, o.log[-3000:]
+    assert o.created("poddisruptionbudgets") == 1 and o.created("pods") == 2, o.seen
+    o.event("TTLExpired")
+
+
 def job_outlives_ttl(o: Outcome) -> None:
     write_failed("DELETE", "/syncreplicasjobs/life")(o)
     o.event("TTLExpired")
@@ -203,6 +211,9 @@ EXPECTED: dict[Grant, tuple[str, Callable[[Outcome], None]]] = {
         ("no PodGroup, no pods; FailedCreate", failed_create("PodGroup")),
     ("scheduling.volcano.sh", "podgroups", "delete"):
         ("the PodGroup is not released; WriteFailed", write_failed("DELETE", "/podgroups/life")),
+    ("policy", "poddisruptionbudgets", "list"):
+        ("the budget created without a look (again, answering 409, after a restart)",
+         budget_created_unlisted),
     ("policy", "poddisruptionbudgets", "create"):
         ("no budget, no pods; FailedCreate", failed_create("PodDisruptionBudget")),
     ("", "events", "create"): ("no Event on the job (its status is still written)", no_events),

@@ -138,7 +138,8 @@ async def test_deleted_job_is_not_recreated(shared_cluster: Cluster) -> None:
 async def test_operator_killed_mid_reconcile_duplicates_nothing_and_keeps_ttl(
     cluster: Cluster, namespace: str
 ) -> None:
-    """kill -9 mid-burst, restart (watching one namespace): no duplicate, TTL re-armed."""
+    """kill -9 mid-burst, restart (watching one namespace): no duplicate (pods, Services,
+    budgets), TTL re-armed."""
     op = await cluster.start_operator()
     # A finished job waiting for its TTL: the deadline lives in status.completionTime only.
     await cluster.create_job(
@@ -166,6 +167,12 @@ async def test_operator_killed_mid_reconcile_duplicates_nothing_and_keeps_ttl(
         if req.status
     )
     assert sorted(services) == ["delta", "eta"] and max(services.values()) == 1
+    # Nothing watches budgets: the new operator lists them, and creates neither again.
+    budgets = collections.Counter(
+        str((req.data or {}).get("metadata", {}).get("name"))
+        for req in cluster.writes(f"/namespaces/{namespace}/poddisruptionbudgets", "POST")
+    )
+    assert budgets == {"delta": 1, "eta": 1}, budgets
     await cluster.wait_for(lambda: cluster.job(namespace, "delta") is None, what="TTL deletion")
     assert cluster.job(namespace, "eta") is not None
     assert not cluster.pod_names("other-team", "elsewhere")

@@ -3,7 +3,8 @@
 Pod and job events wake the loop (``wake``), deadlines wake it (the plan says when),
 nothing polls the API. Children come from kopf's in-memory indexes; each loop lists its
 job's pods and Services once when it starts (a child's first watch event can still be in
-flight then), so an operator restart never re-creates a child. Writes go through
+flight then), and its PodDisruptionBudget (not watched) whenever it does not know it
+(``listing``), so an operator restart never re-creates a child. Writes go through
 ``resources.k8s`` in a worker thread. The status this loop last wrote is its base for the
 next pass (its own write's watch event may lag). A write the API refuses becomes one
 Warning Event and a retry, not a crash. An update of the job that the CRD's rules would
@@ -27,21 +28,21 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-from ..core import managed, manifests, naming
+from ..core import managed, naming
 from ..core.actions import WARNING, CreateChild, DeletePodGroup, PatchStatus
 from ..core.kueue import ObservedWorkload, waiting_in
 from ..core.plan.pipeline import plan_job
 from ..core.plan.result import counts_only
 from ..core.recovery import SeenPod
-from ..core.spares import ObservedSpare, observe_spare
+from ..core.spares import ObservedSpare
 from ..core.spec import Job, Problem, SpecError, immutable_changes, parse_job
-from ..core.status import ObservedPod, observe_pod, phase_of, set_condition
+from ..core.status import ObservedPod, phase_of, set_condition
 from ..core.straggler import Scrape, drop_fractions
 from ..core.timefmt import format_time
 from ..resources import k8s
 from ..resources.metrics import OperatorMetrics
 from ..resources.nodewatch import NodeWatch
-from . import elsewhere, queueing, replicametrics
+from . import elsewhere, listing, queueing, replicametrics
 from .apply import apply_plan
 from .expectations import Expectations
 from .invalid import plan_invalid_job, refused_update_message
@@ -125,7 +126,8 @@ class JobState:
     # a restart (the first spec seen is accepted).
     job: Job | None = None
     refused: str = ""  # the last refused update reported as an Event (reported once)
-    # Whether this loop created the job's PodDisruptionBudget (None: not known).
+    # Whether the job's PodDisruptionBudget exists, as this loop last listed or created it
+    # (None: not known; listed in the next pass).
     disruption_budget: bool | None = None
     announced: bool = False  # a job another controller runs: its Event was posted
     warned: str = ""  # and why its Workload is not written, as last posted
@@ -259,13 +261,16 @@ async def reconcile(
     services = set(indexes.services.get(key, ()))
     waiting = list(indexes.spares.get(key, ()))
     if not state.listed:
-        pods, services, waiting = await list_children(namespace, name, pods, services, waiting)
+        pods, services, waiting = await listing.list_children(
+            api(), namespace, name, pods, services, waiting)
         state.listed = True
+    if state.disruption_budget is None:
+        state.disruption_budget = await listing.budget_exists(api(), namespace, name)
     observed = state.expectations.observe(
         name, pods, services, bool(indexes.policies.get(key)), waiting
     )
     try:
-        pod_group_api = await served(job)
+        pod_group_api = await listing.served(api(), job)
         queueing_fields = await queueing.observe(
             api(), SETTINGS.kueue, job, indexes.workloads.get(key, ())
         )
@@ -359,39 +364,6 @@ async def reconcile(
     if deferred:
         delays.append(batch)
     return min(delays)
-
-
-async def list_children(
-    namespace: str,
-    name: str,
-    pods: list[ObservedPod],
-    services: set[str],
-    waiting: list[ObservedSpare],
-) -> tuple[list[ObservedPod], set[str], list[ObservedSpare]]:
-    """The indexed children completed by one list call per kind."""
-    client = api()
-    raw_pods = await asyncio.to_thread(client.list_children, "Pod", namespace, name)
-    raw_services = await asyncio.to_thread(client.list_children, "Service", namespace, name)
-    known = {p.name: p for p in pods}
-    spares = {s.name: s for s in waiting}
-    for raw in raw_pods:
-        pod = observe_pod(raw)
-        if pod is not None:
-            known.setdefault(pod.name, pod)
-        spare = observe_spare(raw)
-        if spare is not None:
-            spares.setdefault(spare.name, spare)
-    services = services | {str(s["metadata"]["name"]) for s in raw_services}
-    return list(known.values()), services, list(spares.values())
-
-
-async def served(job: Job) -> bool:
-    """Whether the API serves the PodGroups the job's gang scheduler reads (True without
-    a scheduling policy: nothing to serve)."""
-    api_version = manifests.pod_group_api_version(job.spec)
-    if api_version is None:
-        return True
-    return await asyncio.to_thread(api().serves, api_version, naming.POD_GROUP_PLURAL)
 
 
 async def read_progress(

@@ -58,8 +58,8 @@ class Observed:
     pod_group: bool | None = None
     # Whether the API server serves the PodGroup API the job's gang scheduler reads.
     pod_group_api: bool = True
-    # Whether the job's PodDisruptionBudget exists (None: not known; creating it again is
-    # harmless).
+    # Whether the job's PodDisruptionBudget exists (None: not known, its list refused or
+    # failed: it is created, and a budget that exists answers with a harmless 409).
     disruption_budget: bool | None = None
     # The nodes' verdicts (core/nodes.py); None when node-loss handling is off or the
     # nodes have not been read yet: no pod is then held to be on a lost node.

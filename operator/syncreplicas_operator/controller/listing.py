@@ -1,0 +1,66 @@
+"""What a job's loop reads from the API server once, when it starts, besides kopf's indexes:
+its pods and Services (their first watch events can still be in flight), whether its
+PodDisruptionBudget exists (nothing watches budgets), and whether the API serves the
+PodGroups its gang scheduler reads. Blocking calls run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..core import manifests, naming
+from ..core.spares import ObservedSpare, observe_spare
+from ..core.spec import Job
+from ..core.status import ObservedPod, observe_pod
+from ..resources import k8s
+
+log = logging.getLogger("syncreplicas.operator")
+
+
+async def list_children(
+    client: k8s.Api,
+    namespace: str,
+    name: str,
+    pods: list[ObservedPod],
+    services: set[str],
+    waiting: list[ObservedSpare],
+) -> tuple[list[ObservedPod], set[str], list[ObservedSpare]]:
+    """The indexed children completed by one list call per kind."""
+    raw_pods = await asyncio.to_thread(client.list_children, "Pod", namespace, name)
+    raw_services = await asyncio.to_thread(client.list_children, "Service", namespace, name)
+    known = {p.name: p for p in pods}
+    spares = {s.name: s for s in waiting}
+    for raw in raw_pods:
+        pod = observe_pod(raw)
+        if pod is not None:
+            known.setdefault(pod.name, pod)
+        spare = observe_spare(raw)
+        if spare is not None:
+            spares.setdefault(spare.name, spare)
+    services = services | {str(s["metadata"]["name"]) for s in raw_services}
+    return list(known.values()), services, list(spares.values())
+
+
+async def budget_exists(client: k8s.Api, namespace: str, name: str) -> bool | None:
+    """Whether the job's PodDisruptionBudget exists (one list call); None when the API
+    does not say (no grant to list budgets, or an error): the plan then creates it, and a
+    budget that exists answers that create with a harmless 409."""
+    try:
+        found = await asyncio.to_thread(
+            client.list_children, naming.DISRUPTION_BUDGET_KIND, namespace, name)
+    except k8s.ApiError as exc:
+        log.warning("%s/%s: whether its PodDisruptionBudget exists is not known, so it is "
+                    "created (a 409 if it does): %s", namespace, name, exc)  # fmt: skip
+        return None
+    budget = naming.disruption_budget_name(name)
+    return any(item["metadata"].get("name") == budget for item in found)
+
+
+async def served(client: k8s.Api, job: Job) -> bool:
+    """Whether the API serves the PodGroups the job's gang scheduler reads (True without
+    a scheduling policy: nothing to serve)."""
+    api_version = manifests.pod_group_api_version(job.spec)
+    if api_version is None:
+        return True
+    return await asyncio.to_thread(client.serves, api_version, naming.POD_GROUP_PLURAL)
