@@ -59,13 +59,15 @@ cached() {  # cached DIR BINARY...: true when every binary is in DIR
   for b in "$@"; do [[ -x "$dir/$b" ]] || return 1; done
 }
 
-# The pins of a build: a short hash of what chose its sources' versions (a module's go.mod
-# and go.sum; for a trimmed build, go-align.py and Kubernetes' go.mod and go.sum, which it
-# aligns with), written beside the binaries (OUT/pins). A cached build whose pins changed
-# is built again.
+# The pins of a build: a short hash of what chose its sources (a module's go.mod and
+# go.sum; for a trimmed build, its cut function, go-align.py and Kubernetes' go.mod and
+# go.sum, which it aligns with), written beside the binaries (OUT/pins). A cached build
+# whose pins changed is built again.
 pins_of() { cat "$@" | sha256sum | cut -c1-16; }  # pins_of FILE...
 module_pins() { pins_of "$here/$1/go.mod" "$here/$1/go.sum"; }
-align_pins() { pins_of "$here/go-align.py" "$here/kubernetes/go.mod" "$here/kubernetes/go.sum"; }
+align_pins() {  # align_pins CUT
+  pins_of <(declare -f "$1") "$here/go-align.py" "$here/kubernetes/go.mod" "$here/kubernetes/go.sum"
+}
 built() {  # built DIR PINS BINARY...: cached, from sources with those pins
   local dir="$1" pins="$2"
   shift 2
@@ -110,17 +112,17 @@ trimmed_build() {
   cp -r "$dir/." "$src/" && chmod -R u+w "$src"
   (cd "$src" && "$cut" "$kept" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp/" "$@")
   echo "$kept" >"$out.tmp/kept"
-  align_pins >"$out.tmp/pins"
+  align_pins "$cut" >"$out.tmp/pins"
   rm -rf "$out" "$src" && mv "$out.tmp" "$out"
   took "$what" $t "$out"
 }
 
-# kept_cached DIR KEPT BINARY...: cached, and built with KEPT (a build with another list,
-# or an untrimmed one, is built again).
+# kept_cached DIR KEPT CUT BINARY...: cached, and built with KEPT and CUT as they are now
+# (a build with another list or cut, or an untrimmed one, is built again).
 kept_cached() {
-  local dir="$1" kept="$2"
-  shift 2
-  built "$dir" "$(align_pins)" "$@" && [[ "$(cat "$dir/kept" 2>/dev/null)" == "$kept" ]]
+  local dir="$1" kept="$2" cut="$3"
+  shift 3
+  built "$dir" "$(align_pins "$cut")" "$@" && [[ "$(cat "$dir/kept" 2>/dev/null)" == "$kept" ]]
 }
 
 # The Go components in two parts (the bodies are not indented: one section each). What a
@@ -165,7 +167,7 @@ cut_coredns() {
 coredns="$CACHE/coredns-$COREDNS_VERSION/bin"
 kept="root metadata cancel timeouts reload bufsize bind debug ready health"
 kept+=" prometheus errors log loadbalance cache hosts kubernetes loop forward"
-if ! kept_cached "$coredns" "$kept" coredns; then
+if ! kept_cached "$coredns" "$kept" cut_coredns coredns; then
   trimmed_build "coredns $COREDNS_VERSION" "$coredns" "github.com/coredns/coredns@$COREDNS_VERSION" \
     "$kept" cut_coredns "-s -w" .
 fi
@@ -201,15 +203,27 @@ cut_prometheus() {
   local sd
   for sd in $1; do echo "- github.com/prometheus/prometheus/discovery/$sd"; done >plugins.yml
   go generate -tags plugins ./plugins || return
-  # Not its k8s.io modules: Prometheus builds client-go against a klog of its own
-  # (klog-gokit), which Kubernetes' client-go v0.35 outgrew (klog.LoggerWithName); nor
-  # gnostic-models, whose v0.7 its kube-openapi cannot take (yaml.v3's new import path).
-  python3 "$here/go-align.py" . --keep k8s.io/ --keep sigs.k8s.io/ \
-    --keep github.com/google/gnostic-models ./cmd/prometheus ./cmd/promtool
+  # Kubernetes' client-go (v0.35), not Prometheus' own (v0.29): its packages, k8s.io/api
+  # above all, come from Kubernetes' build cache. Two of Prometheus' lines do not build
+  # with it. main.go hands klog-gokit (Prometheus' stand-in for klog, which client-go
+  # outgrew: klog.LoggerWithName) its logger: without it, client-go logs through klog to
+  # stderr at klog's default verbosity, 0. And the Reflector's default watch-error handler
+  # takes a context now.
+  sed -i -e '/^\t"k8s.io\/klog"$/d' -e '/^\tklogv2 "k8s.io\/klog\/v2"$/d' \
+    -e '/^\tklog\(v2\)\?\.\(ClampLevel\|SetLogger\)(/d' cmd/prometheus/main.go
+  sed -i 's/^\tcache\.DefaultWatchErrorHandler(r, err)$/\tcache.DefaultWatchErrorHandler(context.Background(), r, err)/' \
+    discovery/kubernetes/kubernetes.go
+  if grep -qE '"k8s.io/klog|\bklog(v2)?\.' cmd/prometheus/main.go \
+      || ! grep -q 'DefaultWatchErrorHandler(context.Background(), r, err)' discovery/kubernetes/kubernetes.go; then
+    echo "build: Prometheus' sources are not as cut_prometheus expects" >&2
+    return 1
+  fi
+  go mod edit -dropreplace k8s.io/klog -dropreplace k8s.io/klog/v2 -droprequire k8s.io/klog
+  python3 "$here/go-align.py" . ./cmd/prometheus ./cmd/promtool
 }
 prometheus="$CACHE/prometheus-$PROMETHEUS_VERSION/bin"
 kept="kubernetes dns"
-if ! kept_cached "$prometheus" "$kept" prometheus promtool; then
+if ! kept_cached "$prometheus" "$kept" cut_prometheus prometheus promtool; then
   pv="github.com/prometheus/common/version"
   # The module's version of Prometheus 2.x is v0.x (v2.53.4 is v0.53.4).
   trimmed_build "prometheus $PROMETHEUS_VERSION" "$prometheus" \

@@ -11,13 +11,11 @@ neighbours, and a build from empty caches compiled those five or six times over.
 Minimal version selection never goes below what a module requires, so an add-on keeps
 any version newer than Kubernetes' (and the packages above it are compiled again).
 
-  go-align.py DIR [--keep PREFIX]... [PACKAGE...]
+  go-align.py DIR [PACKAGE...]
       DIR's go.mod requires every module of its build list that the Kubernetes build
       (hack/cluster/kubernetes) also selects, at Kubernetes' version; with PACKAGEs, only
       the modules that the k8s.io packages they import are built from (an add-on whose
       own code needs its newer versions of the rest: Prometheus' prometheus/common).
-      Modules whose path starts with a --keep PREFIX stay as they are (Prometheus
-      builds client-go against a klog of its own, which Kubernetes' client-go outgrew).
       Kubernetes' go.sum lines are added to DIR's go.sum (they hold those versions).
   go-align.py --tidy DIR
       for our own modules (hack/cluster/<name>/go.mod): as above, and the indirect
@@ -61,12 +59,12 @@ def k8s_closure(cwd: Path, packages: list[str]) -> set[str]:
     return {module[p] for r in roots for p in (r, *deps[r]) if module.get(p)}
 
 
-def requirements(cwd: Path, packages: list[str], keep: tuple[str, ...]) -> list[str]:
+def requirements(cwd: Path, packages: list[str]) -> list[str]:
     kubernetes, own = selected(KUBERNETES), selected(cwd)
     wanted = k8s_closure(cwd, packages) if packages else set(own)
     return [f"-require={m}@{kubernetes[m]}" for m in sorted(wanted)
             if m in kubernetes and m in own and own[m] != kubernetes[m]
-            and not m.startswith(("syncreplicas.io/", *keep))]
+            and not m.startswith("syncreplicas.io/")]
 
 
 def merge_sums(cwd: Path) -> None:
@@ -90,14 +88,10 @@ def main(argv: list[str]) -> int:
     if not args:
         print(__doc__, file=sys.stderr)
         return 2
-    cwd, rest, keep = Path(args[0]).resolve(), args[1:], []
-    while rest[:1] == ["--keep"] and len(rest) > 1:
-        keep.append(rest[1])
-        rest = rest[2:]
-    packages = rest
+    cwd, packages = Path(args[0]).resolve(), args[1:]
     if tidy:
         drop_unshared(cwd)
-    required = requirements(cwd, packages, tuple(keep))
+    required = requirements(cwd, packages)
     if required:
         go(cwd, "mod", "edit", *required)
     merge_sums(cwd)
