@@ -34,8 +34,9 @@ from ..state.summaries import Summaries, every_steps
 from ..sync.fencing import superseded_by
 from ..sync.handover import CHIEF_SLOT, POLL_SECONDS
 from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, peer_error, unconfirmed
+from .rejoin import LinkFailures, after_peer_error, wait_for_epoch
 from .steploop import EpochEnded, StepLoop, wait_for_phase
-from .worker import LinkFailures, after_peer_error, reach_ps, wait_for_epoch
+from .worker import reach_ps
 
 FINISH_WAIT_SECONDS = 30.0
 
@@ -65,7 +66,7 @@ def train_chief(ctx: Context) -> int:
                  else cfg.training.chief_lost_timeout_seconds)
         # An epoch this chief left is joined again while it is still being reset (the chief
         # lost a PS while restoring: PS 0 waits for the chief in it), or when only a link
-        # failed and PS 0 still runs it (worker.epoch_to_skip).
+        # failed and PS 0 still runs it (rejoin.py).
         laps = Laps()
         state = wait_for_epoch(ctx, protocol, left, limit)
         if state.phase == Phase.DONE:
@@ -88,7 +89,8 @@ def train_chief(ctx: Context) -> int:
         ctx.metrics.sync_resets.inc()
         ctx.set_ready(False)
         if link_failed:
-            left, took = after_peer_error(ctx, protocol, links, epoch, joined)
+            skip, took = after_peer_error(ctx, protocol, links, epoch, joined)
+            left = skip.epoch
         else:
             try:
                 left = None if protocol.state().phase == Phase.RESETTING else epoch

@@ -19,12 +19,9 @@ from ..process.exits import Exit
 from ..process.mainthread import run_off_main_thread
 from ..process.sessions import close_quietly, open_session
 from ..sync.fencing import start_fence_watch, superseded_by
-from ..sync.protocol import PEER_ERRORS, POLL, SyncProtocol, SyncState, peer_error
-from .steploop import EpochEnded, Leaving, StepLoop, check_leaving, wait_for_phase
-
-# The phases in which a replica may join an epoch.
-JOINABLE = (Phase.RESETTING, Phase.GATHERING, Phase.RUNNING)
-
+from ..sync.protocol import PEER_ERRORS, SyncProtocol, peer_error
+from .rejoin import LinkFailures, after_peer_error, wait_for_epoch
+from .steploop import EpochEnded, Leaving, StepLoop, wait_for_phase
 
 # A worker asked to leave ends its step first (at most one update); past this bound (the
 # updates stalled) it leaves without it: its gradient, if pushed, still counts once.
@@ -98,20 +95,6 @@ def leave(ctx: Context, protocol: SyncProtocol | None, sess: Any, training: Any,
             f"at unix time {time.time():.3f}")
 
 
-def after_peer_error(ctx: Context, protocol: SyncProtocol, links: LinkFailures, epoch: int,
-                     joined: float) -> tuple[int | None, str]:  # fmt: skip
-    """The checks after a peer error in ``epoch`` (joined at ``joined``): a new session
-    unless superseded (``reopen`` stands down first), then the epoch not to join again
-    (LinkFailures). That epoch, and how long each check took (for the "left sync epoch"
-    line: the error came that long before it)."""
-    laps = Laps()
-    protocol.reopen()
-    laps.lap("fence and session")
-    left = links.epoch_to_skip(protocol, epoch, joined)
-    laps.lap("probe")
-    return left, f" (checks after the error {laps})"
-
-
 def train_worker(ctx: Context) -> int:
     cfg = ctx.cfg
     protocol = reach_ps(ctx)
@@ -142,7 +125,8 @@ def train_worker(ctx: Context) -> int:
         except EpochEnded as why:
             result, left = str(why), epoch
         except PEER_ERRORS as err:
-            left, took = after_peer_error(ctx, protocol, links, epoch, joined)
+            skip, took = after_peer_error(ctx, protocol, links, epoch, joined)
+            left = skip.epoch
             result = f"lost a peer ({peer_error(err)})"
         if result == "done":
             return finish_worker(ctx, protocol)
@@ -169,70 +153,6 @@ def reach_ps(ctx: Context) -> SyncProtocol:
     # From now on, a newer incarnation of this replica ends this process (FENCED).
     start_fence_watch(ctx, protocol.owner)
     return protocol
-
-
-# A replica whose link to a peer failed rejoins the same epoch (epoch_to_skip) at most this
-# many times in a row, each failing within LINK_RETRY_WINDOW s of joining, then waits for a
-# new epoch like a replica that lost a PS.
-LINK_RETRIES = 5
-LINK_RETRY_WINDOW = 60.0
-LINK_RETRY_PAUSE = 1.0
-
-
-class LinkFailures:
-    """A replica's peer errors in a row, each within LINK_RETRY_WINDOW s of joining."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def epoch_to_skip(self, protocol: SyncProtocol, epoch: int, joined: float) -> int | None:
-        """The epoch not to join again after a peer error in ``epoch`` joined at ``joined``
-        (time.monotonic)."""
-        quick = time.monotonic() - joined < LINK_RETRY_WINDOW
-        self.count = self.count + 1 if quick else 1
-        return epoch_to_skip(protocol, epoch, self.count)
-
-
-def epoch_to_skip(protocol: SyncProtocol, epoch: int, failures: int) -> int | None:
-    """After a peer error in ``epoch`` (the ``failures``-th in a row): the epoch not to join
-    again.
-
-    None (join it again) when every PS answers and PS 0 still runs ``epoch``: the link
-    failed, not a PS. Typically a PS still dials the address this replica's pod had before
-    it was replaced, until gRPC resolves the name again (process/sessions.py). Otherwise
-    ``epoch``: a PS was lost and PS 0 opens a new epoch once it has one again.
-    """
-    if failures > LINK_RETRIES:
-        return epoch
-    try:
-        protocol.probe()
-        state = protocol.state()
-    except PEER_ERRORS:
-        protocol.reopen()
-        return epoch
-    if state.epoch != epoch or state.phase not in JOINABLE:
-        return epoch
-    time.sleep(LINK_RETRY_PAUSE)
-    return None
-
-
-def wait_for_epoch(ctx: Context, protocol: SyncProtocol, left: int | None,
-                   limit: float) -> SyncState:
-    """The next sync epoch to join (not ``left``), or the DONE state."""
-    deadline = time.monotonic() + limit
-    ctx.watchdog_armed = False  # this wait has its own bound
-    while True:
-        check_leaving(ctx)
-        try:
-            state = protocol.state()
-            if state.initialized and (state.phase == Phase.DONE or (
-                    state.phase in JOINABLE and state.epoch not in (0, left))):
-                return state
-        except PEER_ERRORS:
-            protocol.reopen()
-        if time.monotonic() > deadline:
-            raise Exit(exitcodes.RETRY, f"no sync epoch was opened within {limit:.0f}s")
-        time.sleep(POLL * 2)
 
 
 def train_epoch(ctx: Context, protocol: SyncProtocol, epoch: int, laps: Laps) -> str:
