@@ -1,7 +1,8 @@
-"""What a job's loop reads from the API server once, when it starts, besides kopf's indexes:
-its pods and Services (their first watch events can still be in flight), whether its
-PodDisruptionBudget exists (nothing watches budgets), and whether the API serves the
-PodGroups its gang scheduler reads. Blocking calls run in a worker thread.
+"""What a job's loop reads from the API server besides kopf's indexes: its pods and
+Services once, when it starts (their first watch events can still be in flight); whether
+its PodDisruptionBudget exists, while the loop does not know (nothing watches budgets); and
+whether the API serves the PodGroups its gang scheduler reads (API discovery, which
+``k8s.Api.serves`` keeps a while). Blocking calls run in a worker thread.
 """
 
 from __future__ import annotations
