@@ -39,6 +39,7 @@ Permission = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 NOT_EXERCISED: dict[Permission, str] = {
     # The same code path as scheduler-plugins' PodGroups (the job's gangScheduler picks the
     # API group); the kmock server here serves only scheduler-plugins' PodGroup API.
+    ("scheduling.volcano.sh", "podgroups", "list"): "controller.listing.pod_group_exists (Volcano)",
     ("scheduling.volcano.sh", "podgroups", "create"): "plan.children.reconcile_children (Volcano)",
     ("scheduling.volcano.sh", "podgroups", "delete"): "plan.lifecycle.release_pod_group (Volcano)",
     # A spare taking a replica over is relabelled (runPolicy.spares): the life here keeps no

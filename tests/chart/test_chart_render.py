@@ -155,8 +155,8 @@ EXPECTED_RULES = {
     ("networking.k8s.io", "networkpolicies"): {"list", "watch", "create"},
     ("", "events"): {"create"},
     ("policy", "poddisruptionbudgets"): {"list", "create"},
-    ("scheduling.x-k8s.io", "podgroups"): {"create", "delete"},
-    ("scheduling.volcano.sh", "podgroups"): {"create", "delete"},
+    ("scheduling.x-k8s.io", "podgroups"): {"list", "create", "delete"},
+    ("scheduling.volcano.sh", "podgroups"): {"list", "create", "delete"},
 }
 
 

@@ -155,6 +155,14 @@ def budget_created_unlisted(o: Outcome) -> None:
     o.event("TTLExpired")
 
 
+def pod_group_created_unlisted(o: Outcome) -> None:
+    """As for the budget: the PodGroup created without a look (a loop that starts again
+    creates it again: a 409), the job's life unchanged."""
+    assert "PodGroup exists is not known" in o.log, o.log[-3000:]
+    assert o.created("podgroups") == 1 and o.created("pods") == 2, o.seen
+    o.event("TTLExpired")
+
+
 def job_outlives_ttl(o: Outcome) -> None:
     write_failed("DELETE", "/syncreplicasjobs/life")(o)
     o.event("TTLExpired")
@@ -203,10 +211,16 @@ EXPECTED: dict[Grant, tuple[str, Callable[[Outcome], None]]] = {
         ("a deleted NetworkPolicy is not replaced", not_repaired("networkpolicies")),
     ("networking.k8s.io", "networkpolicies", "create"):
         ("no NetworkPolicy, no pods; FailedCreate", failed_create("NetworkPolicy")),
+    ("scheduling.x-k8s.io", "podgroups", "list"):
+        ("the PodGroup created without a look (again, answering 409, after a restart)",
+         pod_group_created_unlisted),
     ("scheduling.x-k8s.io", "podgroups", "create"):
         ("no PodGroup, no pods; FailedCreate", failed_create("PodGroup")),
     ("scheduling.x-k8s.io", "podgroups", "delete"):
         ("the PodGroup is not released; WriteFailed", write_failed("DELETE", "/podgroups/life")),
+    ("scheduling.volcano.sh", "podgroups", "list"):
+        ("the PodGroup created without a look (again, answering 409, after a restart)",
+         pod_group_created_unlisted),
     ("scheduling.volcano.sh", "podgroups", "create"):
         ("no PodGroup, no pods; FailedCreate", failed_create("PodGroup")),
     ("scheduling.volcano.sh", "podgroups", "delete"):

@@ -139,7 +139,7 @@ async def test_operator_killed_mid_reconcile_duplicates_nothing_and_keeps_ttl(
     cluster: Cluster, namespace: str
 ) -> None:
     """kill -9 mid-burst, restart (watching one namespace): no duplicate (pods, Services,
-    budgets), TTL re-armed."""
+    budgets, PodGroups), TTL re-armed."""
     op = await cluster.start_operator()
     # A finished job waiting for its TTL: the deadline lives in status.completionTime only.
     await cluster.create_job(
@@ -149,8 +149,11 @@ async def test_operator_killed_mid_reconcile_duplicates_nothing_and_keeps_ttl(
     await cluster.wait_for(lambda: len(cluster.pod_names(namespace, "delta")) == 2, what="pods")
     await cluster.set_pod(namespace, "delta-chief-0", "Succeeded", exit_code=0)
     await cluster.wait_for(lambda: cluster.status(namespace, "delta").get("phase") == "Succeeded")
-    # A large job: kill -9 as soon as its first pods exist, mid-burst.
-    await cluster.create_job(job_manifest("eta", namespace, workers=100, replicasToAggregate=50))
+    # A large gang-scheduled job: kill -9 as soon as its first pods exist, mid-burst.
+    gang = {"schedulingPolicy": {"gangScheduler": "Coscheduling"}}
+    await cluster.create_job(
+        job_manifest("eta", namespace, workers=100, replicasToAggregate=50, runPolicy=gang)
+    )
     await cluster.wait_for(lambda: cluster.pod_names(namespace, "eta"), what="first pods")
     op.kill()
     # The new operator watches only this namespace: a job elsewhere is not its business.
@@ -167,12 +170,16 @@ async def test_operator_killed_mid_reconcile_duplicates_nothing_and_keeps_ttl(
         if req.status
     )
     assert sorted(services) == ["delta", "eta"] and max(services.values()) == 1
-    # Nothing watches budgets: the new operator lists them, and creates neither again.
-    budgets = collections.Counter(
-        str((req.data or {}).get("metadata", {}).get("name"))
-        for req in cluster.writes(f"/namespaces/{namespace}/poddisruptionbudgets", "POST")
-    )
-    assert budgets == {"delta": 1, "eta": 1}, budgets
+    # Nothing watches budgets and PodGroups: the new operator lists them, and creates none
+    # again.
+    def created(plural: str) -> collections.Counter[str]:
+        return collections.Counter(
+            str((req.data or {}).get("metadata", {}).get("name"))
+            for req in cluster.writes(f"/namespaces/{namespace}/{plural}", "POST")
+        )
+
+    assert created("poddisruptionbudgets") == {"delta": 1, "eta": 1}
+    assert created(naming.POD_GROUP_PLURAL) == {"eta": 1}
     await cluster.wait_for(lambda: cluster.job(namespace, "delta") is None, what="TTL deletion")
     assert cluster.job(namespace, "eta") is not None
     assert not cluster.pod_names("other-team", "elsewhere")

@@ -116,8 +116,9 @@ class JobState:
     status: dict[str, Any] | None = None
     status_written: float = 0.0  # monotonic time of the last status write
     last_error: str = ""  # the last failed write reported as an Event (reported once)
-    # Whether this loop created (True) or deleted (False) the job's PodGroup; None until it
-    # did either (nothing watches PodGroups: their API may not even exist).
+    # Whether the job's PodGroup exists, as this loop last listed, created (True) or
+    # deleted (False) it; None: not known, listed in the next pass where the API serves
+    # PodGroups (nothing watches them: their API may not even exist).
     pod_group: bool | None = None
     # The job as this loop last accepted it. An update the API server's rules refuse (an
     # immutable field, workers without elasticPolicy, workers out of its bounds) can still
@@ -129,6 +130,8 @@ class JobState:
     # Whether the job's PodDisruptionBudget exists, as this loop last listed or created it
     # (None: not known; listed in the next pass).
     disruption_budget: bool | None = None
+    # The kinds of those two whose list the API refused: created without a look.
+    unlisted: set[str] = field(default_factory=set)
     announced: bool = False  # a job another controller runs: its Event was posted
     warned: str = ""  # and why its Workload is not written, as last posted
 
@@ -265,12 +268,16 @@ async def reconcile(
             api(), namespace, name, pods, services, waiting)
         state.listed = True
     if state.disruption_budget is None:
-        state.disruption_budget = await listing.budget_exists(api(), namespace, name)
+        state.disruption_budget = await listing.child_exists(
+            api(), naming.DISRUPTION_BUDGET_KIND, namespace, name,
+            naming.disruption_budget_name(name), state.unlisted)  # fmt: skip
     observed = state.expectations.observe(
         name, pods, services, bool(indexes.policies.get(key)), waiting
     )
     try:
         pod_group_api = await listing.served(api(), job)
+        if state.pod_group is None and pod_group_api:
+            state.pod_group = await listing.pod_group_exists(api(), job, state.unlisted)
         queueing_fields = await queueing.observe(
             api(), SETTINGS.kueue, job, indexes.workloads.get(key, ())
         )

@@ -287,11 +287,15 @@ class Api:
             return sum(self.patch_pod(namespace, n, p) for n, p in patches)
         return sum(self.pool.map(lambda np: self.patch_pod(namespace, *np), patches))
 
-    def list_children(self, kind: str, namespace: str, job: str) -> list[dict[str, Any]]:
+    def list_children(
+        self, kind: str, namespace: str, job: str, api_version: str = ""
+    ) -> list[dict[str, Any]]:
         """The job's children of one kind (by label; filtered again here, so a server that
-        ignores the selector still gives the right answer)."""
+        ignores the selector still gives the right answer); ``api_version`` for a kind of
+        several groups (a PodGroup)."""
         selector = naming.job_selector(job)
-        _, body = self._call("GET", f"{collection_path(kind, namespace)}?labelSelector={selector}")
+        path = collection_path(kind, namespace, api_version)
+        _, body = self._call("GET", f"{path}?labelSelector={selector}")
         items = (body or {}).get("items") or []
         return [
             item
