@@ -3,9 +3,8 @@
 #   bin/perses and bin/percli: the server with its UI embedded, and its CLI, from
 #     github.com/perses/perses: `npm ci` in ui/ (its package-lock.json), the UI's library
 #     packages compiled with swc and the app bundled with rspack (what its `turbo run
-#     build` does, without the type declarations the bundle does not read; minified by
-#     rspack's SWC minimizer, not terser), the bundle gzipped into ui/embed.go (its
-#     scripts/compress_assets.sh), then `go build`;
+#     build` does, without the type declarations the bundle does not read), the bundle
+#     gzipped into ui/embed.go (its scripts/compress_assets.sh), then `go build`;
 #   plugins/<Name>-<version>.tar.gz: the Prometheus datasource and query plugin, and the
 #     TimeSeriesChart and StatChart panels, each from its module (github.com/perses/
 #     plugins/<name>): bundled with rsbuild's module federation (the plugin's own
@@ -46,13 +45,6 @@ say "UI (npm ci, swc, rspack: ~1.5 min)"
   for pkg in core components plugin-system dashboards explore; do
     (cd "$pkg" && npx swc ./src -d dist --config-file ../.swcrc >/dev/null)
   done
-  # The bundle minified by rspack's own SWC minimizer instead of terser-webpack-plugin
-  # (JavaScript), the license comments extracted to the same *.LICENSE.txt files: the
-  # bundle in 15 s and 25 core-s instead of 53 s and 77 (CONTRIBUTING.md).
-  sed -i 's/minimizer: \[new TerserPlugin(), /minimizer: [new rspack.SwcJsMinimizerRspackPlugin({ extractComments: true }), /' \
-    app/rspack.config.mjs
-  grep -q 'SwcJsMinimizerRspackPlugin' app/rspack.config.mjs \
-    || { echo "build: perses: its rspack.config.mjs is not as build.sh expects" >&2; exit 1; }
   (cd app && npx rspack build >/dev/null)
   cd .. && bash scripts/compress_assets.sh >/dev/null
   rm -rf ui/node_modules
