@@ -94,10 +94,7 @@ lint: venv
 # venv is installed, and lint and docs (reports/lint.log, printed once the cluster is up)
 # run beside them; the cluster comes up as soon as what it needs is built, and takes the
 # runtime's image into its nodes (the disk's work) while the add-ons still compile
-# (build-all.sh --status, images.sh), then the chart, and the exclusive tests marked early
-# (the node faults': they need no add-on) run while the add-ons may still compile (on a
-# cold machine, several minutes; that build at nice 15 meanwhile), before the add-ons are
-# installed (make cluster EARLY=1). Then the tests in two lanes at once, the local one
+# (build-all.sh --status, images.sh). Then the tests in two lanes at once, the local one
 # from the moment the build is done (it needs no cluster; started earlier, it would only
 # slow a cold build's compiles):
 #   cluster  first the tests that need the cluster alone (marked exclusive: node faults,
@@ -160,11 +157,7 @@ PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 SYNCREPLICAS_FAILURES_LOG=$(CURD
 # marked paired beside each other (a real node crashed; 200 pods on hollow nodes: their
 # faults and load never reach each other's pods), then the shared ones (the shell's rc: 0
 # when all passed).
-# make test has run those marked `early` before (EARLY_TESTS); make test-cluster runs them
-# with the other exclusive ones.
-EXCLUSIVE_MARKS := exclusive and not paired
-test: EXCLUSIVE_MARKS := exclusive and not paired and not early
-CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m '$(EXCLUSIVE_MARKS)' \
+CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'exclusive and not paired' \
 		--junitxml=reports/junit-cluster-exclusive.xml; rc=$$?; \
 	$(PYTEST_CLUSTER) tests/cluster -m paired -n 2 --dist loadgroup \
 		--junitxml=reports/junit-cluster-paired.xml || rc=1; \
@@ -174,15 +167,7 @@ CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m '$(EXCLUSIVE_MARKS)' \
 		echo "(the local lane still runs: the shared tests $$workers at a time)"; fi; \
 	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
 		--junitxml=reports/junit-cluster-shared.xml || rc=1
-# The exclusive tests marked `early`, which need only the cluster's core and the chart: make
-# test runs them inside its make cluster (EARLY=1), as soon as the chart is in, while the
-# add-ons' binaries and images may still build, that build at nice 15 meanwhile (the test's
-# cluster and jobs get the cores first; a test that mostly waits on the cluster's timers
-# leaves the compiles the rest). Their exit status in EARLY_RC.
-EARLY_TESTS = $(if $(BUILD_STATUS),$(CLUSTER)/build-all.sh --nice $(BUILD_STATUS) 15;) \
-	$(PYTEST_CLUSTER) tests/cluster -m early --junitxml=reports/junit-cluster-early.xml; \
-	echo $$? >$(EARLY_RC)
-CLUSTER_JUNIT := cluster=reports/junit-cluster-shared.xml cluster=reports/junit-cluster-early.xml \
+CLUSTER_JUNIT := cluster=reports/junit-cluster-shared.xml \
 	cluster=reports/junit-cluster-exclusive.xml cluster=reports/junit-cluster-paired.xml
 SLOWEST := python3 hack/suite/slowest.py --waits reports/cluster-waits.tsv \
 	local=reports/junit-local.xml $(CLUSTER_JUNIT)
@@ -202,14 +187,12 @@ test:
 	setsid bash -c '$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) all >/dev/null && \
 		exec nice -n 5 $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml' >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
-	rm -f $(EARLY_RC); \
 	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
-		BUILT=1 BUILD_STATUS=$(TEST_BUILD_STATUS) EARLY=1 || stop; \
+		BUILT=1 BUILD_STATUS=$(TEST_BUILD_STATUS) || stop; \
 	wait $$built || stop; \
 	wait $$checked; checks=$$?; echo; echo "--- lint and docs ($(CHECKS_LOG)) ---"; \
 	cat $(CHECKS_LOG); [ $$checks = 0 ] || stop; \
-	early=$$(cat $(EARLY_RC) 2>/dev/null || echo 1); \
-	$(CLUSTER_TESTS); [ "$$early" = 0 ] || rc=1; \
+	$(CLUSTER_TESTS); \
 	wait $$local || rc=1; \
 	echo; echo "--- the tests beside the cluster's ($(LOCAL_TESTS_LOG)) ---"; cat $(LOCAL_TESTS_LOG); \
 	if [ $$was_up = 0 ]; then \
@@ -295,15 +278,6 @@ WORKER_LOG := .cluster/multikueue-worker.log
 # SyncReplicasJob CRD, which install-kueue.sh applies first); its output is printed when it
 # is done.
 KUEUE_LOG := .cluster/kueue-install.log
-# The chart's values: Kueue's integration, MultiKueue's, the monitoring's.
-CHART_ARGS = $(if $(filter 1,$(KUEUE)),--set kueue.enabled=true) \
-	$(if $(filter 1,$(MULTIKUEUE)),--set kueue.multiKueue=true) \
-	$(if $(filter 1,$(MONITORING)),-f $(CLUSTER)/monitoring/chart-values.yaml)
-# EARLY=1 (make test): once the nodes hold the operator's and runtime's images, the chart
-# goes in (its monitors are rendered once the monitoring stack serves their kinds, by the
-# install after it) and EARLY_TESTS run, those marked `early`, which need nothing else;
-# then the add-ons (waiting for their build) as without it. Their result: EARLY_RC.
-EARLY_RC := reports/early.rc
 cluster: tools
 	$(CLUSTER)/install-host.sh
 	$(if $(filter 1,$(BUILT)),,$(CLUSTER_ENV) $(CLUSTER)/build-all.sh)
@@ -312,12 +286,12 @@ cluster: tools
 	$(if $(filter 1,$(MULTIKUEUE)),$(if $(filter 1,$(KUEUE)),,$(error MULTIKUEUE=1 needs KUEUE=1)))
 	$(if $(filter 1,$(MULTIKUEUE)),{ $(BUILT_ENV) $(CLUSTER)/install-multikueue.sh --worker \
 		>$(WORKER_LOG) 2>&1 & worker=$$!; };) \
-	$(if $(filter 1,$(EARLY)),$(BUILT_ENV) SYNCREPLICAS_IMAGES_CORE=1 $(CLUSTER)/images.sh && \
-		$(CLUSTER)/install-chart.sh $(CHART_ARGS) && { $(EARLY_TESTS); } &&) \
 	$(BUILT_ENV) $(CLUSTER_ENV) $(CLUSTER)/images.sh && \
 	$(if $(filter 1,$(KUEUE)),{ $(CLUSTER)/install-kueue.sh >$(KUEUE_LOG) 2>&1 & kueue=$$!; } &&) \
 	$(if $(filter 1,$(MONITORING)),$(CLUSTER)/install-monitoring.sh &&) \
-	$(CLUSTER)/install-chart.sh $(CHART_ARGS); rc=$$?; \
+	$(CLUSTER)/install-chart.sh $(if $(filter 1,$(KUEUE)),--set kueue.enabled=true) \
+		$(if $(filter 1,$(MULTIKUEUE)),--set kueue.multiKueue=true) \
+		$(if $(filter 1,$(MONITORING)),-f $(CLUSTER)/monitoring/chart-values.yaml); rc=$$?; \
 	$(if $(filter 1,$(KUEUE)),[ -z "$$kueue" ] || { wait $$kueue || rc=1; cat $(KUEUE_LOG); };) \
 	$(if $(filter 1,$(MULTIKUEUE)),wait $$worker || rc=1; sed 's/^/[worker] /' $(WORKER_LOG); \
 		[ $$rc = 0 ] && $(CLUSTER)/install-multikueue.sh --connect || rc=1;) \

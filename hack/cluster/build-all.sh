@@ -20,29 +20,8 @@
 #   build-all.sh --await DIR go|images|core|all
 #                                 wait for that build to get so far; fails when it failed
 #                                 (or ended without a word)
-#   build-all.sh --nice DIR N     the build of --status DIR, if it still runs, at nice N
-#                                 (every process of it; what they start inherits it): the
-#                                 tests make test runs beside the add-ons' compiles get
-#                                 the cores first
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-
-if [[ "${1:-}" == --nice ]]; then
-  dir="${2:?--nice DIR N}" n="${3:?--nice DIR N}"
-  pid="$(cat "$dir/pid" 2>/dev/null || true)"
-  [[ -n $pid && ! -e "$dir/rc" ]] && kill -0 "$pid" 2>/dev/null || exit 0
-  # Twice: a process that a parent not yet reniced started meanwhile is caught the second
-  # time.
-  for _ in 1 2; do
-    mapfile -t tree < <(ps -e -o pid=,ppid= | awk -v root="$pid" '
-      { parent[$1] = $2 }
-      END { for (p in parent) { q = p; while (q != root && q in parent && q > 1) q = parent[q]
-                                if (q == root) print p } }')
-    ((${#tree[@]})) && renice -n "$n" -p "${tree[@]}" >/dev/null 2>&1 || true
-  done
-  echo "build-all: the build still runs: its ${#tree[@]} processes at nice $n"
-  exit 0
-fi
 
 if [[ "${1:-}" == --await ]]; then
   dir="${2:?--await DIR go|images|core|all}" what="${3:?--await DIR go|images|core|all}"

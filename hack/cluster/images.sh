@@ -34,9 +34,6 @@
 #                                images), the pause, operator and runtime images loaded
 #                                first, then it waits for the whole build (--await D all)
 #                                before it makes and loads Kueue's and the monitoring's
-#   SYNCREPLICAS_IMAGES_CORE=1   only the pause, operator and runtime images (make cluster
-#                                EARLY=1: the chart and the early tests go first, the
-#                                add-ons' images after them)
 #   images.sh --operator-tag T   also an operator image tagged T (the operator image with
 #                                one more label: a new image ID, as a release would have),
 #                                loaded like the others: what an upgrade test rolls to
@@ -204,7 +201,6 @@ if [[ $build_only == 0 ]]; then
   # while build-all.sh may still compile the add-ons' binaries (SYNCREPLICAS_BUILD_STATUS).
   load "$PAUSE" "$OPERATOR" "$RUNTIME"
 fi
-[[ "${SYNCREPLICAS_IMAGES_CORE:-}" == 1 ]] && exit 0
 if [[ -n "${SYNCREPLICAS_BUILD_STATUS:-}" ]]; then
   "$here/build-all.sh" --await "$SYNCREPLICAS_BUILD_STATUS" all
 fi

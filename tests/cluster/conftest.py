@@ -15,9 +15,7 @@ nothing else on the cluster (`-m exclusive`, no `-n`; `make test` runs them firs
 the local lane, which takes the cores they leave while they wait on the cluster's
 timers), and refuse to run in a run of several workers. Two of them, marked `paired` too,
 `make test` runs beside each other and nothing else (`-m paired -n 2`): one crashes a
-real node, the other's 200 pods are all on hollow nodes. Those marked `early` too need only
-the cluster's core and the chart: `make test` runs them before the add-ons are installed
-(the Makefile's EARLY_TESTS). With several workers the longest
+real node, the other's 200 pods are all on hollow nodes. With several workers the longest
 files are handed out first, so that no long one starts last.
 
 A failed test's report says how the API server answered /readyz just after (beside

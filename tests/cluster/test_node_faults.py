@@ -70,10 +70,7 @@ from tests.cluster.slowjob import (
     shared_dir,
 )
 
-# It crashes nodes, the acting operator among them. Early: it needs only the cluster's core
-# and the chart, and mostly waits on the cluster's timers, so make test runs it while the
-# add-ons still build (Makefile, EARLY).
-pytestmark = [pytest.mark.exclusive, pytest.mark.early]
+pytestmark = pytest.mark.exclusive  # it crashes nodes, the acting operator among them
 
 # At most about 3.75 steps/s while slowed (slowjob's fault pace): 480 s or more, for the
 # faults' 200-300 s (their Leases, the node's grace, the replacements' starts), and about
