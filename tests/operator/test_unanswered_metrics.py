@@ -59,7 +59,10 @@ async def test_replicas_that_never_answer_hold_no_pass_up(
     await c.wait_for(lambda: victim not in c.pod_names(ns, job), what="deleted", timeout=10)
     await c.wait_for(lambda: victim in c.pod_names(ns, job), what="made again", timeout=30)
     took = time.monotonic() - begun
-    assert took < 5, f"the replacement took {took:.1f}s: a pass waited for the reads"
+    # A pass that waited for a round of reads would take the round's 12-13 s (more under
+    # load); one that does not took 2.9 s alone (three runs) and 5.0 s in a make test's
+    # local lane beside the shared cluster tests (a load of 17 on the 2 cores, 2026-12-07).
+    assert took < 9, f"the replacement took {took:.1f}s: a pass waited for the reads"
     # A round's failures in one line each, whatever the number of replicas.
     def lines() -> list[str]:
         return [line for line in c.operators[0].log.read_text().splitlines() if HUNG in line]
