@@ -118,20 +118,21 @@ TEST_NODES := 4
 ifdef REPEAT
 export SYNCREPLICAS_REPEAT := $(REPEAT)
 endif
-# Two: the shared cluster tests two at a time (pytest-xdist, a file's tests in one worker),
-# after the exclusive ones. Two at a time leave a sixth of both cores idle (a 10 s sampler
-# over run L's 11.9 min of them: 83% busy, 26-100% from one sample to the next). Three at
-# a time (CLUSTER_WORKERS=3) took 10.5 and 9.8 min against 11.9 (runs M and N, warm: 26.3
-# and 24.7 min in all), the machine 91-92% busy; in N two tests failed under it: a
-# replaced worker whose own name still resolved to its old pod's address was not Ready in
-# 120 s, and a fuzz test that counts the operator's reconcile passes over every namespace
-# saw the other workers' jobs (CONTRIBUTING.md). In
+# Three: the shared cluster tests three at a time (pytest-xdist, a file's tests in one
+# worker), after the exclusive ones. Two at a time leave a sixth of both cores idle (a 10 s
+# sampler over run L's 11.9 min of them: 83% busy, 26-100% from one sample to the next).
+# Three at a time took 10.5 and 9.8 min against 11.9 (runs M and N, warm: 26.3 and 24.7 min
+# in all), the machine 91-92% busy. The two tests that failed under it in N are fixed: a
+# replaced worker whose probe of the PS failed waited for a new sync epoch nobody opened
+# (it now joins the one that goes on without it: replica/rejoin.py), and a fuzz test that
+# counted the operator's reconcile passes over every namespace saw the other workers' jobs
+# (CONTRIBUTING.md). CLUSTER_WORKERS=2 runs two. In
 # any case no more than CLUSTER_WORKERS_BESIDE_LOCAL while the local lane still runs (its
 # reports/junit-local.xml not yet written): in a fresh clone from empty caches three
 # beside it ran at a load of 23-41 on the 2 cores, and on a slower machine the CI's run of
 # 27f2dc8 lost its API server (dial and TLS handshake timeouts) for the rest of the shared
 # tests. 1: one after another, without xdist (CONTRIBUTING.md, "Where the time goes").
-CLUSTER_WORKERS ?= 2
+CLUSTER_WORKERS ?= 3
 CLUSTER_WORKERS_BESIDE_LOCAL ?= 2
 # --no-loadscope-reorder: the files in tests/cluster/conftest.py's order, longest first
 # (xdist's own order is by the number of tests in a file: test_api's 200 short ones first,

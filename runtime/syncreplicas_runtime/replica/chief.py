@@ -60,6 +60,7 @@ def train_chief(ctx: Context) -> int:
                           evaluates=False)
     first = True
     left: int | None = None
+    heals = False  # left may be joined again once healthy without this chief (rejoin.py)
     links = LinkFailures()
     while True:
         limit = (cfg.training.startup_timeout_seconds if first
@@ -68,7 +69,7 @@ def train_chief(ctx: Context) -> int:
         # lost a PS while restoring: PS 0 waits for the chief in it), or when only a link
         # failed and PS 0 still runs it (rejoin.py).
         laps = Laps()
-        state = wait_for_epoch(ctx, protocol, left, limit)
+        state = wait_for_epoch(ctx, protocol, left, limit, heals)
         if state.phase == Phase.DONE:
             return finished_before(ctx, state.global_step)
         laps.lap("epoch")
@@ -88,9 +89,10 @@ def train_chief(ctx: Context) -> int:
             return exitcodes.OK
         ctx.metrics.sync_resets.inc()
         ctx.set_ready(False)
+        heals = False
         if link_failed:
             skip, took = after_peer_error(ctx, protocol, links, epoch, joined)
-            left = skip.epoch
+            left, heals = skip.epoch, skip.heals
         else:
             try:
                 left = None if protocol.state().phase == Phase.RESETTING else epoch

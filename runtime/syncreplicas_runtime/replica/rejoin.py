@@ -7,9 +7,15 @@ joins the same epoch again; or a PS was lost, the epoch moved on or ended, or th
 too often in a row, and it waits for a new epoch. The "left sync epoch" line names the check
 that decided.
 
-A PS that did not answer is not probed again while the epoch runs: a PS that was lost and
-is back answers before PS 0 has opened the new epoch, and a replica that joined the old one
-then would read its variables uninitialized on that PS (FailedPreconditionError).
+A PS that did not answer is not enough to join the old epoch again once it answers: a PS
+that was lost and is back answers before PS 0 has opened the new epoch, and a replica that
+joined the old one then would read its variables uninitialized on that PS
+(FailedPreconditionError). But PS 0 opens a new epoch only after losing a PS, so a replica
+whose own link failed (a probe that timed out under load, a PS still dialling a replaced
+pod's old address) would wait for one until ``chiefLostTimeoutSeconds`` while the others
+train on without it. It joins the epoch it left again once the epoch shows itself healthy
+without it (:class:`Healing`): every PS answers, and after that the global step moves on
+in that same epoch, which no update could do with a PS that lost its variables.
 """
 
 from __future__ import annotations
@@ -34,15 +40,22 @@ JOINABLE = (Phase.RESETTING, Phase.GATHERING, Phase.RUNNING)
 LINK_RETRIES = 5
 LINK_RETRY_WINDOW = 60.0
 LINK_RETRY_PAUSE = 1.0
+# The epoch a replica left because a PS did not answer is healthy once every PS answers and
+# its global step then moves on by this many updates (Healing); the probe is made at most
+# every HEAL_PROBE_SECONDS.
+HEALED_STEPS = 2
+HEAL_PROBE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
 class Skip:
     """After a peer error in an epoch: the epoch not to join again (None: join it again),
-    and the check that decided."""
+    the check that decided, and whether that epoch may be joined again once it is healthy
+    without this replica (a PS did not answer: :class:`Healing`)."""
 
     epoch: int | None
     why: str
+    heals: bool = False
 
 
 class LinkFailures:
@@ -70,7 +83,7 @@ def epoch_to_skip(protocol: SyncProtocol, epoch: int, failures: int) -> Skip:
         state = protocol.state()
     except PEER_ERRORS as err:
         protocol.reopen()
-        return Skip(epoch, f"a PS did not answer: {peer_error(err, 160)}")
+        return Skip(epoch, f"a PS did not answer: {peer_error(err, 160)}", heals=True)
     if state.epoch != epoch:
         return Skip(epoch, f"PS 0 runs sync epoch {state.epoch:x}")
     if state.phase not in JOINABLE:
@@ -93,10 +106,46 @@ def after_peer_error(ctx: Context, protocol: SyncProtocol, links: LinkFailures, 
     return skip, f" ({skip.why}; checks after the error {laps})"
 
 
-def wait_for_epoch(ctx: Context, protocol: SyncProtocol, left: int | None,
-                   limit: float) -> SyncState:  # fmt: skip
-    """The next sync epoch to join (not ``left``), or the DONE state."""
+class Healing:
+    """Whether the sync epoch a replica left because a PS did not answer is healthy without
+    it: every PS answered a probe, and after that the epoch's global step moved on by
+    HEALED_STEPS (a PS lost and back would have failed those updates). A read of another
+    epoch or phase starts over."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.answered = False  # every PS answered the last probe
+        self.base: int | None = None  # the global step first read after that probe
+        self.next_probe = 0.0
+
+    def healed(self, protocol: SyncProtocol, state: SyncState) -> bool:
+        if (state.epoch != self.epoch or state.phase != Phase.RUNNING
+                or state.global_step is None):  # fmt: skip
+            self.answered, self.base = False, None
+            return False
+        if not self.answered:
+            now = time.monotonic()
+            if now < self.next_probe:
+                return False
+            self.next_probe = now + HEAL_PROBE_SECONDS
+            try:
+                protocol.probe()
+            except PEER_ERRORS:
+                protocol.reopen()
+                return False
+            self.answered = True  # the step read with this state came before the probe
+            return False
+        if self.base is None:
+            self.base = state.global_step
+        return state.global_step >= self.base + HEALED_STEPS
+
+
+def wait_for_epoch(ctx: Context, protocol: SyncProtocol, left: int | None, limit: float,
+                   heals: bool = False) -> SyncState:  # fmt: skip
+    """The next sync epoch to join (not ``left``), or the DONE state; with ``heals``, also
+    ``left`` itself once it is healthy without this replica (:class:`Healing`)."""
     deadline = time.monotonic() + limit
+    healing = Healing(left) if heals and left is not None else None
     ctx.watchdog_armed = False  # this wait has its own bound
     while True:
         check_leaving(ctx)
@@ -104,6 +153,11 @@ def wait_for_epoch(ctx: Context, protocol: SyncProtocol, left: int | None,
             state = protocol.state()
             if state.initialized and (state.phase == Phase.DONE or (
                     state.phase in JOINABLE and state.epoch not in (0, left))):
+                return state
+            if healing is not None and state.initialized and healing.healed(protocol, state):
+                ctx.log(f"sync epoch {state.epoch:x} went on without this replica (every PS "
+                        f"answers, global step {healing.base} -> {state.global_step}): "
+                        f"joining it again")
                 return state
         except PEER_ERRORS:
             protocol.reopen()

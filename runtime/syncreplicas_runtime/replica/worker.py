@@ -101,6 +101,7 @@ def train_worker(ctx: Context) -> int:
     ctx.protocol = protocol
     start_watchdog(ctx)
     left: int | None = None
+    heals = False  # left may be joined again once healthy without this replica (rejoin.py)
     first = True
     links = LinkFailures()
     while True:
@@ -108,7 +109,7 @@ def train_worker(ctx: Context) -> int:
                  else cfg.training.chief_lost_timeout_seconds)
         laps = Laps()
         try:
-            state = wait_for_epoch(ctx, protocol, left, limit)
+            state = wait_for_epoch(ctx, protocol, left, limit, heals)
         except Leaving:
             leave(ctx, protocol, None, None, "between sync epochs")
             return exitcodes.OK
@@ -119,6 +120,7 @@ def train_worker(ctx: Context) -> int:
         laps.lap("epoch")
         joined = time.monotonic()
         took = ""
+        heals = False
         try:
             result = train_epoch(ctx, protocol, epoch, laps)
             left = epoch
@@ -126,7 +128,7 @@ def train_worker(ctx: Context) -> int:
             result, left = str(why), epoch
         except PEER_ERRORS as err:
             skip, took = after_peer_error(ctx, protocol, links, epoch, joined)
-            left = skip.epoch
+            left, heals = skip.epoch, skip.heals
             result = f"lost a peer ({peer_error(err)})"
         if result == "done":
             return finish_worker(ctx, protocol)
