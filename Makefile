@@ -126,7 +126,9 @@ endif
 # replaced worker whose probe of the PS failed waited for a new sync epoch nobody opened
 # (it now joins the one that goes on without it: replica/rejoin.py), and a fuzz test that
 # counted the operator's reconcile passes over every namespace saw the other workers' jobs
-# (CONTRIBUTING.md). CLUSTER_WORKERS=2 runs two. In
+# (CONTRIBUTING.md). On a slower day, the machine 92-93% busy over the whole run, three
+# took 10.9-12.2 min against two's 12.2 (runs e, g, h against d): within its noise, and no
+# slower. CLUSTER_WORKERS=2 runs two. In
 # any case no more than CLUSTER_WORKERS_BESIDE_LOCAL while the local lane still runs (its
 # reports/junit-local.xml not yet written): in a fresh clone from empty caches three
 # beside it ran at a load of 23-41 on the 2 cores, and on a slower machine the CI's run of
