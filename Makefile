@@ -106,9 +106,9 @@ lint: venv
 #            one after another, no xdist), each in namespaces of its own, the longest
 #            files first;
 #   local    everything else (local TensorFlow processes, kmock, the chart), niced, in a
-#            process group of its own (a run that stops early ends all of it), in two
-#            streams (PYTEST_LOCAL), its output in reports/pytest-local.log, printed after
-#            the cluster's.
+#            process group of its own (a run that stops early ends all of it), two
+#            pytest-xdist workers (PYTEST_LOCAL), its output in reports/pytest-local.log,
+#            printed after the cluster's.
 # Each run writes JUnit XML under reports/; a sampler records the CPU of every process by
 # component (hack/suite/cpusample.py). The output ends with that table and the slowest
 # tests of each lane.
@@ -150,8 +150,8 @@ CHECKS_LOG := reports/lint.log
 # The local lane's replicas are forked from one warm-start server per session (TensorFlow
 # imported once, not by every replica process: tests/support/tfcluster.py).
 # Each lane appends its failures to reports/failures-<lane>.log as they happen.
-# Two streams (pytest-xdist workers): tests/support/streams.py's files in one, the rest in
-# the other.
+# Two pytest-xdist workers, each taking the next test as it is free (a file marked with an
+# xdist_group of its own keeps its tests in one worker: tests/conftest.py).
 PYTEST_LOCAL = env SYNCREPLICAS_WARM_START=1 SYNCREPLICAS_FAILURES_LOG=$(CURDIR)/reports/failures-local.log \
 	$(PY) -m pytest tests --ignore=tests/cluster -p no:cacheprovider --tb=short -n 2 --dist loadgroup
 PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 SYNCREPLICAS_FAILURES_LOG=$(CURDIR)/reports/failures-cluster.log \

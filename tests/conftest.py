@@ -12,8 +12,10 @@ each beside the other workers' tests as the first run is, and not beside each ot
 is appended to it when the test fails, so a long run's failures can be read while it runs,
 and a run stopped before pytest's own summary keeps them.
 
-Outside tests/cluster, each test goes into one of the local lane's two pytest-xdist groups
-(tests/support/streams.py).
+Outside tests/cluster, the local lane's two pytest-xdist workers (`-n 2 --dist loadgroup`)
+take the tests one at a time, as each is free; a file whose tests share a module's fixture
+that starts processes keeps them in one worker with an ``xdist_group`` mark of its own
+(tests/runtime/test_bad_config.py), so that the fixture is made once.
 
 A failed test's report ends with what the machine was doing then (tests/support/machine.py:
 load, memory, pressure, the busiest processes), one look per process every SNAPSHOT_EVERY
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import machine, streams
+from tests.support import machine
 
 LISTED = Path(__file__).with_name("under-load.txt")
 
@@ -51,12 +53,6 @@ def repeats() -> int:
 def chosen(nodeid: str, names: list[str]) -> bool:
     path, _, function = nodeid.partition("::")
     return any(name in (path, f"{path}::{function.split('[')[0]}") for name in names)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The local lane's two streams (tests/support/streams.py), for `-n 2 --dist
-    loadgroup`; without xdist the groups are unused."""
-    streams.assign(str(config.rootpath), items)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -23,6 +23,11 @@ from syncreplicas_runtime.foundation.exitcodes import TERMINATION_LOG_ENV
 from tests.runtime.rtutil import linear_job, runtime_env
 from tests.support.tfcluster import free_port
 
+# The file's tests in one pytest-xdist worker of the local lane (`-n 2 --dist loadgroup`):
+# the module's ``outcomes`` starts thirteen replicas, most of which import TensorFlow, and a
+# worker that ran one of its cases would start all thirteen again.
+pytestmark = pytest.mark.xdist_group("test_bad_config")
+
 
 def tf_config(role: str = "chief", index: int = 0, ps: int = 1) -> str:
     return json.dumps({"cluster": {"ps": [f"127.0.0.1:{free_port()}" for _ in range(ps)],
