@@ -105,9 +105,11 @@ lint: venv
 #            tests that share the cluster, CLUSTER_WORKERS at a time (pytest-xdist; 1:
 #            one after another, no xdist), each in namespaces of its own, the longest
 #            files first;
-#   local    everything else (local TensorFlow processes, kmock, the chart), in a CPU
-#            cgroup of its own (LOCAL_SHARES, below) and a process group of its own (a run
-#            that stops early ends all of it), two
+#   local    everything else (local TensorFlow processes, kmock, the chart), in a
+#            process group of its own (a run that stops early ends all of it), not niced:
+#            its replicas each start a session, which the kernel's autogroups weigh as
+#            one, as much as a whole node of the cluster, whatever its nice value (a
+#            weight of its own made the whole run longer: CONTRIBUTING.md), two
 #            pytest-xdist workers (PYTEST_LOCAL), its output in reports/pytest-local.log,
 #            printed after the cluster's.
 # Each run writes JUnit XML under reports/; a sampler records the CPU of every process by
@@ -129,26 +131,14 @@ endif
 # counted the operator's reconcile passes over every namespace saw the other workers' jobs
 # (CONTRIBUTING.md). On a slower day, the machine 92-93% busy over the whole run, three
 # took 10.9-12.2 min against two's 12.2 (runs e, g, h against d): within its noise, and no
-# slower. CLUSTER_WORKERS=2 runs two. 1: one after another, without xdist
-# (CONTRIBUTING.md, "Where the time goes"). No more than CLUSTER_WORKERS_BESIDE_LOCAL while
-# the local lane still runs (its reports/junit-local.xml not yet written) where it has no
-# CPU cgroup of its own: in a fresh clone from empty caches three beside it ran at a load of
-# 23-41 on the 2 cores, and on a slower machine the CI's run of 27f2dc8 lost its API server
-# (dial and TLS handshake timeouts) for the rest of the shared tests.
+# slower. CLUSTER_WORKERS=2 runs two. In
+# any case no more than CLUSTER_WORKERS_BESIDE_LOCAL while the local lane still runs (its
+# reports/junit-local.xml not yet written): in a fresh clone from empty caches three
+# beside it ran at a load of 23-41 on the 2 cores, and on a slower machine the CI's run of
+# 27f2dc8 lost its API server (dial and TLS handshake timeouts) for the rest of the shared
+# tests. 1: one after another, without xdist (CONTRIBUTING.md, "Where the time goes").
 CLUSTER_WORKERS ?= 3
 CLUSTER_WORKERS_BESIDE_LOCAL ?= 2
-# The local lane's weight (hack/suite/cpushare.py: a cgroup of the root, cpu.shares; `nice`
-# orders nothing there, as each replica is a session of its own and the kernel's autogroups
-# weigh each session as one). A node of the cluster (its daemons and pods) and each daemon
-# of its control plane weigh 1024. Half that while the cluster's tests run alone or paired:
-# they wait on the cluster's timers, the lane takes the cores they leave, and a pod's start
-# or a node's return is not slowed by it. A node's weight once the shared tests begin, with
-# the local lane still running: it finishes first, they take the cores once it has.
-CPUSHARE := python3 hack/suite/cpushare.py
-LOCAL_CGROUP := syncreplicas-local-lane
-LOCAL_SHARES ?= 512
-LOCAL_SHARES_THEN ?= 1024
-LOCAL_LANE = $(CPUSHARE) enter $(LOCAL_CGROUP)
 # --no-loadscope-reorder: the files in tests/cluster/conftest.py's order, longest first
 # (xdist's own order is by the number of tests in a file: test_api's 200 short ones first,
 # the one long browser test last). In the shell: $$workers, how many.
@@ -177,12 +167,10 @@ CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'exclusive and not paired' \
 		--junitxml=reports/junit-cluster-exclusive.xml; rc=$$?; \
 	$(PYTEST_CLUSTER) tests/cluster -m paired -n 2 --dist loadgroup \
 		--junitxml=reports/junit-cluster-paired.xml || rc=1; \
-	workers=$(CLUSTER_WORKERS); if [ -n "$${local:-}" ] && [ ! -e reports/junit-local.xml ]; then \
-		if $(CPUSHARE) set $(LOCAL_CGROUP) $(LOCAL_SHARES_THEN); then \
-		echo "(the local lane still runs, at cpu.shares $(LOCAL_SHARES_THEN) from now on)"; \
-		elif [ $$workers -gt $(CLUSTER_WORKERS_BESIDE_LOCAL) ]; then \
+	workers=$(CLUSTER_WORKERS); if [ $$workers -gt $(CLUSTER_WORKERS_BESIDE_LOCAL) ] && \
+		[ -n "$${local:-}" ] && [ ! -e reports/junit-local.xml ]; then \
 		workers=$(CLUSTER_WORKERS_BESIDE_LOCAL); \
-		echo "(the local lane still runs: the shared tests $$workers at a time)"; fi; fi; \
+		echo "(the local lane still runs: the shared tests $$workers at a time)"; fi; \
 	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
 		--junitxml=reports/junit-cluster-shared.xml || rc=1
 CLUSTER_JUNIT := cluster=reports/junit-cluster-shared.xml \
@@ -199,13 +187,11 @@ test:
 	$(MAKE) --no-print-directory lint docs >$(CHECKS_LOG) 2>&1 & checked=$$!; \
 	python3 hack/suite/cpusample.py start reports; local=; \
 	stop() { [ -z "$$local" ] || { kill -INT $$local; sleep 5; kill -KILL -- -$$local 2>/dev/null; \
-		wait $$local; $(CPUSHARE) remove $(LOCAL_CGROUP); }; \
-		wait $$built; python3 hack/suite/cpusample.py stop reports >/dev/null; \
+		wait $$local; }; wait $$built; python3 hack/suite/cpusample.py stop reports >/dev/null; \
 		[ $$was_up = 1 ] || python3 $(CLUSTER)/cluster.py down; exit 1; }; \
 	$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) go || stop; \
 	setsid bash -c '$(CLUSTER)/build-all.sh --await $(TEST_BUILD_STATUS) all >/dev/null && \
-		exec $(LOCAL_LANE) $(LOCAL_SHARES) -- $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml' \
-		>$(LOCAL_TESTS_LOG) 2>&1 & \
+		exec $(PYTEST_LOCAL) --junitxml=reports/junit-local.xml' >$(LOCAL_TESTS_LOG) 2>&1 & \
 	local=$$!; \
 	$(MAKE) --no-print-directory cluster NODES=$(TEST_NODES) KUEUE=1 MONITORING=1 MULTIKUEUE=1 \
 		BUILT=1 BUILD_STATUS=$(TEST_BUILD_STATUS) || stop; \
@@ -213,7 +199,7 @@ test:
 	wait $$checked; checks=$$?; echo; echo "--- lint and docs ($(CHECKS_LOG)) ---"; \
 	cat $(CHECKS_LOG); [ $$checks = 0 ] || stop; \
 	$(CLUSTER_TESTS); \
-	wait $$local || rc=1; $(CPUSHARE) remove $(LOCAL_CGROUP); \
+	wait $$local || rc=1; \
 	echo; echo "--- the tests beside the cluster's ($(LOCAL_TESTS_LOG)) ---"; cat $(LOCAL_TESTS_LOG); \
 	if [ $$was_up = 0 ]; then \
 		python3 $(CLUSTER)/cluster.py down && python3 $(CLUSTER)/cluster.py leftovers || rc=1; \

@@ -1,14 +1,11 @@
 """The test suite's own tools: which reads skip kubectl, how the CPU sampler names a
-process, the slowest tests read back from JUnit XML, and the local lane's CPU cgroup."""
+process, and the slowest tests read back from JUnit XML."""
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import struct
-import subprocess
 import sys
-import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -30,7 +27,6 @@ def load(name: str) -> ModuleType:
 
 cpusample = load("cpusample")
 slowest = load("slowest")
-cpushare = load("cpushare")
 
 
 @pytest.mark.parametrize(
@@ -229,34 +225,3 @@ def test_the_builds_processes_are_the_builds_whatever_they_build() -> None:
     book.add(9, seen("prometheus", "/bin/prometheus --config.file=/etc/p.yml", 1, 90))
     assert book.group(8, "compile", 7, born=4.0) == cpusample.BUILD_LANE
     assert book.group(9) == "Prometheus (and its config reloader)"
-
-
-def test_a_lanes_weight_is_written_as_each_cgroup_version_takes_it() -> None:
-    assert [cpushare.value("cpu.shares", n) for n in (512, 1024, 1, 10**6)] == [
-        512, 1024, 2, 262144]
-    assert [cpushare.value("cpu.weight", n) for n in (512, 1024, 1, 10**6)] == [
-        50, 100, 1, 10000]
-
-
-def test_a_command_entered_runs_in_the_cgroup_whose_weight_is_set_then_removed() -> None:
-    """The same command as `make test`'s local lane: the process it execs is in the cgroup
-    (and its children, whatever sessions they start), with the weight given and then the
-    one set later; once it has ended the cgroup goes."""
-    found = cpushare.weight_file("x")
-    if os.geteuid() != 0 or found is None or found[1] != "cpu.shares":
-        pytest.skip("needs root and the cgroup v1 cpu controller (make test's machine)")
-    name = f"syncreplicas-test-{uuid.uuid4().hex[:8]}"
-    path = found[0].parent / name
-    script = REPO / "hack" / "suite" / "cpushare.py"
-    try:
-        out = subprocess.run(
-            [sys.executable, str(script), "enter", name, "300", "--", "setsid", "sh", "-c",
-             f"grep -E '^[0-9]+:cpu(,|:)' /proc/self/cgroup; cat {path}/cpu.shares"],
-            capture_output=True, text=True, check=True, timeout=30).stdout.split()
-        assert out == [out[0], "300"] and out[0].endswith(f":/{name}"), out
-        subprocess.run([sys.executable, str(script), "set", name, "700"], check=True)
-        assert (path / "cpu.shares").read_text().strip() == "700"
-    finally:
-        removed = subprocess.run([sys.executable, str(script), "remove", name])
-    assert removed.returncode == 0 and not path.exists()
-    assert subprocess.run([sys.executable, str(script), "set", name, "700"]).returncode == 1
