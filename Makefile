@@ -99,9 +99,9 @@ lint: venv
 # slow a cold build's compiles):
 #   cluster  first the tests that need the cluster alone (marked exclusive: node faults,
 #            the operator's hand-overs, a setting of every job, the RBAC run's forty
-#            operators, the 200-worker job), the two marked paired beside each other
-#            first, then the others one at a time: they mostly wait on the cluster's own
-#            timers, so the local lane has the cores they leave; then the
+#            operators, the 200-worker job), one at a time but the two marked paired,
+#            which run beside each other: they mostly wait on the cluster's own timers,
+#            so the local lane has the cores they leave; then the
 #            tests that share the cluster, CLUSTER_WORKERS at a time (pytest-xdist; 1:
 #            one after another, no xdist), each in namespaces of its own, the longest
 #            files first;
@@ -159,16 +159,14 @@ PYTEST_LOCAL = env SYNCREPLICAS_WARM_START=1 SYNCREPLICAS_FAILURES_LOG=$(CURDIR)
 	$(PY) -m pytest tests --ignore=tests/cluster -p no:cacheprovider --tb=short -n 2 --dist loadgroup
 PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 SYNCREPLICAS_FAILURES_LOG=$(CURDIR)/reports/failures-cluster.log \
 	$(PY) -m pytest -p no:cacheprovider --tb=short
-# The cluster's tests as both targets run them: the exclusive ones, first the two also
+# The cluster's tests as both targets run them: the exclusive ones, the two of them also
 # marked paired beside each other (a real node crashed; 200 pods on hollow nodes: their
-# faults and load never reach each other's pods), then the others one at a time, then the
-# shared ones (the shell's rc: 0 when all passed). The paired two first: they wait on a lost
-# node's timers, and alone after the others (the local lane had ended) they left the cores
-# 40-60% idle for a minute (runs i and j).
-CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m paired -n 2 --dist loadgroup \
-		--junitxml=reports/junit-cluster-paired.xml; rc=$$?; \
-	$(PYTEST_CLUSTER) tests/cluster -m 'exclusive and not paired' \
-		--junitxml=reports/junit-cluster-exclusive.xml || rc=1; \
+# faults and load never reach each other's pods), then the shared ones (the shell's rc: 0
+# when all passed).
+CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'exclusive and not paired' \
+		--junitxml=reports/junit-cluster-exclusive.xml; rc=$$?; \
+	$(PYTEST_CLUSTER) tests/cluster -m paired -n 2 --dist loadgroup \
+		--junitxml=reports/junit-cluster-paired.xml || rc=1; \
 	workers=$(CLUSTER_WORKERS); if [ $$workers -gt $(CLUSTER_WORKERS_BESIDE_LOCAL) ] && \
 		[ -n "$${local:-}" ] && [ ! -e reports/junit-local.xml ]; then \
 		workers=$(CLUSTER_WORKERS_BESIDE_LOCAL); \

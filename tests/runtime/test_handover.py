@@ -216,10 +216,12 @@ def test_a_worker_at_sigterm_leaves_at_once_and_exits_143(tmp_path: Path) -> Non
           f"{max(before) * 1000:.0f} ms")
     # A step or two, or no longer than steady training's own longest pause on this machine
     # at this moment plus the worker's own exit (its teardown takes a core from the two that
-    # train: under the suite's load, 314 ms against a steady 199 ms and a 0.26 s exit), and
-    # under the 2 s silence limit a killed replica costs.
+    # train: under the suite's load, 314 ms against a steady 199 ms and a 0.26 s exit), or
+    # the pauses the suite's load alone makes (329 ms against a steady 100 ms and a 0.15 s
+    # exit, at a load of 18 on the 2 cores: 0.6 s leaves room); and well under the 2 s
+    # silence limit a killed replica costs, which a leave that waited on it would show.
     steady = max(before)
-    assert longest <= max(3 * median, steady + took, 0.3) and longest < 2.0, (
+    assert longest <= max(3 * median, steady + took, 0.6) and longest < 2.0, (
         longest, median, steady, took)
     assert f"finished at global step {steps}" in cluster.log("chief", 0), logs
 
