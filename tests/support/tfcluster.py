@@ -30,6 +30,7 @@ import copy
 import http.client
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -63,8 +64,40 @@ def warm_server() -> Any:
     return _WARM[0]
 
 
+# Ports are picked below the kernel's ephemeral range (and Kubernetes' node ports,
+# 30000-32767): a port of that range, free when picked, may be taken before the replica
+# binds it as the local end of any process's outgoing connection (the test cluster's daemons
+# open many), and the replica's gRPC server then cannot start (a make test run: "Failed to
+# add port to server", worker-1 exited 75). Each pytest-xdist worker picks in a slice of its
+# own, so that two never pick the same port at once.
+PORTS_FROM, PORTS_BELOW = 15000, 30000
+
+
+def port_slice() -> range:
+    """The ports this process picks from: its pytest-xdist worker's slice of PORTS_FROM up
+    to the ephemeral range (empty where that range starts too low)."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    size = max(0, min(PORTS_BELOW, ephemeral) - PORTS_FROM) // workers
+    return range(PORTS_FROM + worker * size, PORTS_FROM + (worker + 1) * size)
+
+
 def free_port() -> int:
-    """A port that was free a moment ago (bind to port 0, read it back, release it)."""
+    """A port free at this moment on every address (as the replicas' servers bind), from
+    port_slice() (else one the kernel gives: bind to port 0, read it back, release it)."""
+    span = port_slice()
+    for _ in range(200 if len(span) >= 100 else 0):
+        port = random.randrange(span.start, span.stop)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
