@@ -77,6 +77,23 @@ def loss_steps(base: str, timeout: float, at_least: int = 3) -> list[int]:
     raise AssertionError(f"TensorBoard served no loss series in {timeout:.0f} s: {last}")
 
 
+def forwarded_loss_steps(namespace: str, service: str, timeout: float,
+                         at_least: int = 3) -> list[int]:  # fmt: skip
+    """loss_steps through ``kubectl port-forward svc/<service>``, opened again whenever it
+    has ended. It forwards to one pod, and ends at the first connection that pod refuses:
+    TensorBoard in a new chief's pod still starting left a cold run's test_failures with
+    "Connection refused" on the local port for all of its 120 s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with port_forward(namespace, service, 6006) as base:
+            window = max(2.0, min(10.0, deadline - time.monotonic()))
+            try:
+                return loss_steps(base, timeout=window, at_least=at_least)
+            except AssertionError:
+                if time.monotonic() >= deadline:
+                    raise
+
+
 def shown_step(card: dict[str, Any]) -> int | None:
     """The step in the card's data table (the run ".": smoothed, value, step, relative)."""
     # TensorBoard writes steps past 999 with thousands separators ("16,600").

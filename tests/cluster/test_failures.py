@@ -154,8 +154,8 @@ def test_a_job_survives_a_killed_worker_a_deleted_chief_and_ps(
         assert step_of(namespace, f"{JOB}-chief-0") >= before
         # TensorBoard came back with the new chief, behind the same Service, and shows
         # what it writes (its summaries start at the step it rejoined at).
-        with boardlib.port_forward(namespace, f"{JOB}-tensorboard", 6006) as base:
-            steps = boardlib.loss_steps(base, timeout=120, at_least=1)
+        steps = boardlib.forwarded_loss_steps(namespace, f"{JOB}-tensorboard", timeout=120,
+                                              at_least=1)  # fmt: skip
         assert min(steps) >= before, (before, steps)
 
         # 3. The PS pod deleted: a new pod, a new address, the same name; the chief restores
