@@ -71,6 +71,7 @@ def warm_server() -> Any:
 # add port to server", worker-1 exited 75). Each pytest-xdist worker picks in a slice of its
 # own, so that two never pick the same port at once.
 PORTS_FROM, PORTS_BELOW = 15000, 30000
+_PICKS = random.Random()  # its own: a test seeding or patching `random` changes no pick
 
 
 def port_slice() -> range:
@@ -91,7 +92,7 @@ def free_port() -> int:
     port_slice() (else one the kernel gives: bind to port 0, read it back, release it)."""
     span = port_slice()
     for _ in range(200 if len(span) >= 100 else 0):
-        port = random.randrange(span.start, span.stop)
+        port = _PICKS.randrange(span.start, span.stop)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("0.0.0.0", port))
