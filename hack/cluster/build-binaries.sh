@@ -40,7 +40,12 @@ CACHE="${SYNCREPLICAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/syncreplicas}"
 # -dwarf=false: the compiler writes no debug information, which the linker's -w (every
 # build below) would drop anyway; an empty build cache's etcd took 11% less CPU and time
 # (59.9 against 68.4 core-s, 31.5 against 35.8 s: medians of 3, interleaved, 2026-12-05).
-export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false -gcflags=all=-dwarf=false"
+# GOGC=400: the compiler and linker collect their garbage a quarter as often, for a little
+# more memory. From an empty build cache, etcd took 14% less CPU (medians of 3, interleaved:
+# 79.2 against 91.8 core-s; 200: 84.3, 800: 78.8) and Kubernetes' generated OpenAPI package
+# with everything under it 13% less (100.0 against 115.0 core-s), its largest compile
+# 473 MB against 403 MB (2026-12-07). It changes no build's output or cache key.
+export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false -gcflags=all=-dwarf=false" GOGC=400
 force="" core=1 rest=1 perses=1
 for arg in "$@"; do
   case "$arg" in

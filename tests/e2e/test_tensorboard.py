@@ -1,10 +1,18 @@
 """``syncreplicas run --tensorboard``: TensorBoard serves the chief's summaries while the job
-trains (read through TensorBoard's own HTTP API, as its page does), and stops with the run."""
+trains (read through TensorBoard's own HTTP API, as its page does), and stops with the run.
+
+The job trains until TensorBoard has shown three points of its loss, then the user's
+Ctrl-C ends the run: a run ends through the same ``finally`` whether it finished or was
+interrupted (local/runner.py), and TensorBoard goes with it. (A job sized to outlast
+TensorBoard's start on a loaded machine trained some 1350 steps more after the look, for
+nothing this test reads; test_run's linear example finishes a run and reads its
+summaries.)"""
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -30,7 +38,7 @@ def get(url: str) -> Any:
 def test_tensorboard_shows_the_loss_while_the_job_trains_and_stops_with_it(
         tmp_path: Path) -> None:  # fmt: skip
     workdir = tmp_path / "work"
-    path = linear_manifest(tmp_path / "job.yaml", "board", maxSteps=1500, logEverySteps=50,
+    path = linear_manifest(tmp_path / "job.yaml", "board", maxSteps=1_000_000, logEverySteps=50,
                            checkpointEverySteps=500)  # fmt: skip
     runner = subprocess.Popen(
         [*SYNCREPLICAS, "run", str(path), "--workdir", str(workdir), "--plain",
@@ -59,7 +67,8 @@ def test_tensorboard_shows_the_loss_while_the_job_trains_and_stops_with_it(
             time.sleep(1.0)
         assert len(seen) >= 3, "".join(lines)
         assert seen == sorted(set(seen)), seen  # one curve, steps increasing
-        runner.wait(timeout=180)
+        runner.send_signal(signal.SIGINT)
+        runner.wait(timeout=120)
         reader.join(timeout=10)
     finally:
         if runner.poll() is None:
@@ -67,7 +76,7 @@ def test_tensorboard_shows_the_loss_while_the_job_trains_and_stops_with_it(
             runner.wait()
         kill_leftovers(workdir)
     output = "".join(lines)
-    assert runner.returncode == 0, output
+    assert runner.returncode == 130 and "interrupted" in output, output
     assert_no_process_left(workdir)
     with pytest.raises(urllib.error.URLError):  # stopped with the run
         get(URL_RE.search(output)[1] + "data/plugin/scalars/tags")  # type: ignore[index]
