@@ -37,14 +37,16 @@ from tests.support import machine
 # The files of the shared run, longest first (their times three at a time, the cluster's
 # tests alone, 2026-12-05: test_dashboard_browser 409 s, test_monitoring 324,
 # test_warm_restarts 137, test_failures 137, test_job 128,
-# test_queues 120, test_scale 103, test_spares 96, test_network_policy 90, test_multikueue
-# 45-90, test_api 68, then under 45 each). xdist hands the files out in this order (make
-# test's --no-loadscope-reorder); a worker holds the next file while it runs its last
-# tests, so the short ones go last: the run ends with no long file queued behind another.
-LONGEST_FIRST = ("test_dashboard_browser.py", "test_monitoring.py", "test_warm_restarts.py",
-                 "test_failures.py", "test_job.py", "test_queues.py",
+# test_queues 120, test_scale 103, test_spares 96, test_network_policy 90, test_api 68,
+# then under 45 each; test_multikueue 45-90 then, and since it brings MultiKueue's worker
+# cluster up and down itself, 91-95 s alone, 2026-12-07). xdist hands the files out in
+# this order (make test's --no-loadscope-reorder); a worker holds the next file while it
+# runs its last tests, so the short ones go last: the run ends with no long file queued
+# behind another.
+LONGEST_FIRST = ("test_dashboard_browser.py", "test_monitoring.py", "test_multikueue.py",
+                 "test_warm_restarts.py", "test_failures.py", "test_job.py", "test_queues.py",
                  "test_scale.py", "test_spares.py", "test_network_policy.py",
-                 "test_multikueue.py", "test_api.py", "test_topology.py",
+                 "test_api.py", "test_topology.py",
                  "test_fuzzed_manifests.py", "test_pod_security.py", "test_nodes.py",
                  "test_names.py", "test_install.py", "test_lifecycle.py")  # fmt: skip
 

@@ -1,8 +1,10 @@
-"""MultiKueue across two real clusters (`make cluster KUEUE=1 MULTIKUEUE=1`, as make test
-brings them up): this cluster is the manager; a second one beside it, with its own control
-plane, node, Kueue and operator, is the worker (install-multikueue.sh). Kueue on the
-manager lists SyncReplicasJob under multiKueue.externalFrameworks; its ClusterQueue
-multikueue admits through the MultiKueue admission check.
+"""MultiKueue across two real clusters: this cluster is the manager; a second one beside
+it, with its own control plane, node, Kueue and operator, is the worker
+(install-multikueue.sh). Kueue on the manager lists SyncReplicasJob under
+multiKueue.externalFrameworks; its ClusterQueue multikueue admits through the MultiKueue
+admission check. The worker is the one `make cluster KUEUE=1 MULTIKUEUE=1` brought up, or,
+on a manager made ready for one (`MULTIKUEUE=manager`, as make test makes it), one this
+file brings up for its test and takes down after it.
 
 Two jobs with spec.managedBy kueue.x-k8s.io/multikueue, applied on the manager in queue
 lq-multikueue (a LocalQueue in the job's namespace on both clusters, as MultiKueue
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,14 +40,53 @@ CHILDREN = ("pods", "services", "networkpolicies.networking.k8s.io",
             "poddisruptionbudgets.policy")  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def worker_cluster() -> None:
-    if WORKER.exists():
-        return
-    why = f"no MultiKueue worker cluster ({WORKER}): make cluster KUEUE=1 MULTIKUEUE=1"
+INSTALL = kube.REPO / "hack" / "cluster" / "install-multikueue.sh"
+
+
+def on_worker_cluster(*command: str, check: bool = True) -> Any:
+    """hack/cluster/cluster.py COMMAND on the worker cluster."""
+    return kube.run("env", "SYNCREPLICAS_CLUSTER=worker", "python3", str(kube.CLUSTER_PY),
+                    *command, check=check, timeout=300)  # fmt: skip
+
+
+def unready(why: str) -> None:
     if os.environ.get("SYNCREPLICAS_REQUIRE_CLUSTER") == "1":
         pytest.fail(why)
     pytest.skip(why)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def worker_cluster(cluster_up: None) -> Iterator[None]:
+    """The worker cluster, up while this file's test runs. One that runs already (`make
+    cluster KUEUE=1 MULTIKUEUE=1`) is used and left up. Else, on a manager made ready for
+    one (Kueue with MultiKueue, the chart's kueue.multiKueue: `MULTIKUEUE=manager`), the
+    worker is brought up and connected here (install-multikueue.sh, both halves: a control
+    plane, a node, the images, the chart and Kueue, about 40 s on a quiet machine) and
+    taken down after the test, with the manager's MultiKueueCluster that dials it: make
+    test runs it so, rather than a second cluster idle through the whole suite."""
+    if WORKER.exists() and on_worker_cluster("is-up", check=False).returncode == 0:
+        yield
+        return
+    ready = kube.kubectl("auth", "can-i", "patch", "syncreplicasjobs.syncreplicas.io",
+                         "--subresource=status", "-A", "-q",
+                         "--as=system:serviceaccount:kueue-system:kueue-controller-manager",
+                         check=False)  # fmt: skip
+    if ready.returncode != 0:
+        unready("no MultiKueue worker cluster, and the manager is not ready for one (Kueue "
+                "may not write SyncReplicasJobs' status): make cluster KUEUE=1 MULTIKUEUE=1 "
+                "(or MULTIKUEUE=manager)")
+    try:
+        brought = kube.run("env", "SYNCREPLICAS_IMAGES_BUILT=1", str(INSTALL), check=False,
+                           timeout=600)  # fmt: skip
+        assert brought.returncode == 0, (
+            f"install-multikueue.sh exited {brought.returncode}:\n"
+            f"{brought.stdout[-4000:]}\n{brought.stderr[-4000:]}")
+        print(brought.stdout.strip().splitlines()[-1])
+        yield
+    finally:
+        kube.kubectl("delete", "multikueuecluster", "worker", "--ignore-not-found",
+                     "--wait=false", check=False)  # fmt: skip
+        on_worker_cluster("down", check=False)
 
 
 def on_worker(*args: str, check: bool = True, input: str | None = None) -> Any:
@@ -83,7 +125,7 @@ def status(namespace: str, name: str, where: Any = kube.kubectl_json) -> dict[st
     return dict(where("get", "srj", name, "-n", namespace).get("status") or {})
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)  # the worker cluster brought up first, when none runs
 def test_a_job_applied_on_the_manager_runs_on_the_worker_cluster(namespace: str) -> None:
     queue = {"apiVersion": KUEUE, "kind": "LocalQueue",
              "metadata": {"name": QUEUE, "namespace": namespace},

@@ -225,3 +225,15 @@ def test_the_builds_processes_are_the_builds_whatever_they_build() -> None:
     book.add(9, seen("prometheus", "/bin/prometheus --config.file=/etc/p.yml", 1, 90))
     assert book.group(8, "compile", 7, born=4.0) == cpusample.BUILD_LANE
     assert book.group(9) == "Prometheus (and its config reloader)"
+
+
+def test_the_worker_clusters_daemons_are_its_own_when_a_cluster_test_brings_it_up() -> None:
+    """test_multikueue.py brings MultiKueue's worker cluster up under the cluster lane's
+    pytest: its daemons are the worker cluster's, its kubectl the lane's."""
+    book = cpusample.Book()
+    book.add(20, seen("python", "python -m pytest tests/cluster -n 3", 1, 1))
+    book.add(30, seen("bash", "bash hack/cluster/install-multikueue.sh", 20, 2))
+    book.add(31, seen("etcd", "/b/etcd --data-dir /tmp/syncreplicas-worker/etcd", 30, 3))
+    book.add(32, seen("kubectl", "kubectl apply -f -", 30, 4))
+    assert book.group(31) == cpusample.WORKER_CLUSTER
+    assert book.group(32) == "cluster tests: kubectl"
