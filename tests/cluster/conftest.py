@@ -42,8 +42,10 @@ from tests.support import machine
 # cluster up and down itself, 91-95 s alone, 2026-12-07). xdist hands the files out in
 # this order (make test's --no-loadscope-reorder); a worker holds the next file while it
 # runs its last tests, so the short ones go last: the run ends with no long file queued
-# behind another.
-LONGEST_FIRST = ("test_dashboard_browser.py", "test_monitoring.py", "test_multikueue.py",
+# behind another. test_multikueue comes first all the same: make test brings MultiKueue's
+# worker cluster up for it before these begin, and it takes the worker down after its
+# test (the sooner, the less the worker costs idle).
+LONGEST_FIRST = ("test_multikueue.py", "test_dashboard_browser.py", "test_monitoring.py",
                  "test_warm_restarts.py", "test_failures.py", "test_job.py", "test_queues.py",
                  "test_scale.py", "test_spares.py", "test_network_policy.py",
                  "test_api.py", "test_topology.py",

@@ -2,9 +2,10 @@
 it, with its own control plane, node, Kueue and operator, is the worker
 (install-multikueue.sh). Kueue on the manager lists SyncReplicasJob under
 multiKueue.externalFrameworks; its ClusterQueue multikueue admits through the MultiKueue
-admission check. The worker is the one `make cluster KUEUE=1 MULTIKUEUE=1` brought up, or,
-on a manager made ready for one (`MULTIKUEUE=manager`, as make test makes it), one this
-file brings up for its test and takes down after it.
+admission check. The worker is the one `make cluster KUEUE=1 MULTIKUEUE=1` brought up, or
+the one make test brings up while its paired tests run (this file is the first of the
+shared ones, and takes it down after its test), or, on a manager made ready for one
+(`MULTIKUEUE=manager`), one this file brings up for its test and takes down after it.
 
 Two jobs with spec.managedBy kueue.x-k8s.io/multikueue, applied on the manager in queue
 lq-multikueue (a LocalQueue in the job's namespace on both clusters, as MultiKueue
@@ -55,38 +56,44 @@ def unready(why: str) -> None:
     pytest.skip(why)
 
 
+# Set by make test when it brought the worker cluster up for this test (while the paired
+# tests ran): the test takes it down after it.
+BROUGHT_ENV = "SYNCREPLICAS_WORKER_FOR_TESTS"
+
+
 @pytest.fixture(scope="module", autouse=True)
 def worker_cluster(cluster_up: None) -> Iterator[None]:
-    """The worker cluster, up while this file's test runs. One that runs already (`make
-    cluster KUEUE=1 MULTIKUEUE=1`) is used and left up. Else, on a manager made ready for
-    one (Kueue with MultiKueue, the chart's kueue.multiKueue: `MULTIKUEUE=manager`), the
-    worker is brought up and connected here (install-multikueue.sh, both halves: a control
-    plane, a node, the images, the chart and Kueue, about 40 s on a quiet machine) and
-    taken down after the test, with the manager's MultiKueueCluster that dials it: make
-    test runs it so, rather than a second cluster idle through the whole suite."""
-    if WORKER.exists() and on_worker_cluster("is-up", check=False).returncode == 0:
-        yield
-        return
-    ready = kube.kubectl("auth", "can-i", "patch", "syncreplicasjobs.syncreplicas.io",
-                         "--subresource=status", "-A", "-q",
-                         "--as=system:serviceaccount:kueue-system:kueue-controller-manager",
-                         check=False)  # fmt: skip
-    if ready.returncode != 0:
-        unready("no MultiKueue worker cluster, and the manager is not ready for one (Kueue "
-                "may not write SyncReplicasJobs' status): make cluster KUEUE=1 MULTIKUEUE=1 "
-                "(or MULTIKUEUE=manager)")
+    """The worker cluster, up while this file's test runs. One that make test brought up
+    for it is taken down after it; another that runs (`make cluster KUEUE=1
+    MULTIKUEUE=1`) is used and left up. Else, on a manager made ready for one (Kueue with
+    MultiKueue, the chart's kueue.multiKueue: `MULTIKUEUE=manager`), the worker is brought
+    up and connected here (install-multikueue.sh, both halves: a control plane, a node,
+    the images, the chart and Kueue, about 40 s on a quiet machine) and taken down after
+    the test, with the manager's MultiKueueCluster that dials it."""
+    up = WORKER.exists() and on_worker_cluster("is-up", check=False).returncode == 0
+    if not up:
+        ready = kube.kubectl("auth", "can-i", "patch", "syncreplicasjobs.syncreplicas.io",
+                             "--subresource=status", "-A", "-q",
+                             "--as=system:serviceaccount:kueue-system:kueue-controller-manager",
+                             check=False)  # fmt: skip
+        if ready.returncode != 0:
+            unready("no MultiKueue worker cluster, and the manager is not ready for one "
+                    "(Kueue may not write SyncReplicasJobs' status): make cluster KUEUE=1 "
+                    "MULTIKUEUE=1 (or MULTIKUEUE=manager)")  # fmt: skip
     try:
-        brought = kube.run("env", "SYNCREPLICAS_IMAGES_BUILT=1", str(INSTALL), check=False,
-                           timeout=600)  # fmt: skip
-        assert brought.returncode == 0, (
-            f"install-multikueue.sh exited {brought.returncode}:\n"
-            f"{brought.stdout[-4000:]}\n{brought.stderr[-4000:]}")
-        print(brought.stdout.strip().splitlines()[-1])
+        if not up:
+            brought = kube.run("env", "SYNCREPLICAS_IMAGES_BUILT=1", str(INSTALL),
+                               check=False, timeout=600)  # fmt: skip
+            assert brought.returncode == 0, (
+                f"install-multikueue.sh exited {brought.returncode}:\n"
+                f"{brought.stdout[-4000:]}\n{brought.stderr[-4000:]}")
+            print(brought.stdout.strip().splitlines()[-1])
         yield
     finally:
-        kube.kubectl("delete", "multikueuecluster", "worker", "--ignore-not-found",
-                     "--wait=false", check=False)  # fmt: skip
-        on_worker_cluster("down", check=False)
+        if not up or os.environ.get(BROUGHT_ENV) == "1":
+            kube.kubectl("delete", "multikueuecluster", "worker", "--ignore-not-found",
+                         "--wait=false", check=False)  # fmt: skip
+            on_worker_cluster("down", check=False)
 
 
 def on_worker(*args: str, check: bool = True, input: str | None = None) -> Any:
