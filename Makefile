@@ -180,15 +180,17 @@ CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'exclusive and not paired' \
 	SYNCREPLICAS_WORKER_FOR_TESTS=$${worker:+1} \
 	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
 		--junitxml=reports/junit-cluster-shared.xml || rc=1
-# MultiKueue's worker cluster, when none runs, is brought up (install-multikueue.sh, both
-# halves) while the paired two run: they mostly wait on the cluster's timers, and the local
-# lane has most often ended by then. tests/cluster/test_multikueue.py, the first of the
-# shared files, takes it down after its test (SYNCREPLICAS_WORKER_FOR_TESTS=1): it is not
-# idle through the run (0.05 of a core). Brought up inside the shared tests instead, by
-# that test itself, it made them the slower (run t, CONTRIBUTING.md). A failure is printed
+# MultiKueue's worker cluster, when none runs, is brought up (install-multikueue.sh
+# --worker: nothing of this cluster's) while the paired two run: they mostly wait on the
+# cluster's timers, and the local lane has most often ended by then.
+# tests/cluster/test_multikueue.py, the first of the shared files, connects it (the
+# manager's half: not while a node of this cluster is crashed, Kueue's webhook maybe on
+# it) and takes it down after its test (SYNCREPLICAS_WORKER_FOR_TESTS=1): it is not idle
+# through the run (0.05 of a core). Brought up inside the shared tests instead, by that
+# test itself, it made them the slower (run t, CONTRIBUTING.md). A failure is printed
 # here; the test says it again.
 WORKER_UP = SYNCREPLICAS_CLUSTER=worker python3 $(CLUSTER)/cluster.py is-up
-WORKER_FOR_TESTS = SYNCREPLICAS_IMAGES_BUILT=1 $(CLUSTER)/install-multikueue.sh
+WORKER_FOR_TESTS = SYNCREPLICAS_IMAGES_BUILT=1 $(CLUSTER)/install-multikueue.sh --worker
 CLUSTER_JUNIT := cluster=reports/junit-cluster-shared.xml \
 	cluster=reports/junit-cluster-exclusive.xml cluster=reports/junit-cluster-paired.xml
 SLOWEST := python3 hack/suite/slowest.py --waits reports/cluster-waits.tsv \

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,13 +64,14 @@ BROUGHT_ENV = "SYNCREPLICAS_WORKER_FOR_TESTS"
 
 @pytest.fixture(scope="module", autouse=True)
 def worker_cluster(cluster_up: None) -> Iterator[None]:
-    """The worker cluster, up while this file's test runs. One that make test brought up
-    for it is taken down after it; another that runs (`make cluster KUEUE=1
-    MULTIKUEUE=1`) is used and left up. Else, on a manager made ready for one (Kueue with
-    MultiKueue, the chart's kueue.multiKueue: `MULTIKUEUE=manager`), the worker is brought
-    up and connected here (install-multikueue.sh, both halves: a control plane, a node,
-    the images, the chart and Kueue, about 40 s on a quiet machine) and taken down after
-    the test, with the manager's MultiKueueCluster that dials it."""
+    """The worker cluster, up and connected while this file's test runs. One that make
+    test brought up for it is connected here and taken down after it; another that runs
+    (`make cluster KUEUE=1 MULTIKUEUE=1`) is used (connected again: idempotent) and left
+    up. Else, on a manager made ready for one (Kueue with MultiKueue, the chart's
+    kueue.multiKueue: `MULTIKUEUE=manager`), the worker is brought up and connected here
+    (install-multikueue.sh, both halves: a control plane, a node, the images, the chart
+    and Kueue, about 40 s on a quiet machine) and taken down after the test, with the
+    manager's MultiKueueCluster that dials it."""
     up = WORKER.exists() and on_worker_cluster("is-up", check=False).returncode == 0
     if not up:
         ready = kube.kubectl("auth", "can-i", "patch", "syncreplicasjobs.syncreplicas.io",
@@ -81,13 +83,21 @@ def worker_cluster(cluster_up: None) -> Iterator[None]:
                     "(Kueue may not write SyncReplicasJobs' status): make cluster KUEUE=1 "
                     "MULTIKUEUE=1 (or MULTIKUEUE=manager)")  # fmt: skip
     try:
-        if not up:
-            brought = kube.run("env", "SYNCREPLICAS_IMAGES_BUILT=1", str(INSTALL),
+        # Both halves when no worker runs; else the manager's half only (idempotent): make
+        # test brings up the worker's half alone while the paired tests crash a node of
+        # this cluster, where Kueue's webhook may be (it answered "connection refused"
+        # there, run u), and connects it here.
+        halves = [] if not up else ["--connect"]
+        for attempt in range(3):
+            brought = kube.run("env", "SYNCREPLICAS_IMAGES_BUILT=1", str(INSTALL), *halves,
                                check=False, timeout=600)  # fmt: skip
-            assert brought.returncode == 0, (
-                f"install-multikueue.sh exited {brought.returncode}:\n"
-                f"{brought.stdout[-4000:]}\n{brought.stderr[-4000:]}")
-            print(brought.stdout.strip().splitlines()[-1])
+            if brought.returncode == 0 or not up or attempt == 2:
+                break
+            time.sleep(10)  # Kueue's webhook coming back
+        assert brought.returncode == 0, (
+            f"install-multikueue.sh {' '.join(halves)} exited {brought.returncode}:\n"
+            f"{brought.stdout[-4000:]}\n{brought.stderr[-4000:]}")
+        print(brought.stdout.strip().splitlines()[-1])
         yield
     finally:
         if not up or os.environ.get(BROUGHT_ENV) == "1":
