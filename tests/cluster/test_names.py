@@ -57,7 +57,17 @@ def test_a_users_service_named_like_the_job_is_not_taken_for_the_jobs(namespace:
         found = replica_failure(namespace, "linear")
         return found if found and found["status"] == "False" else None
 
-    assert kube.eventually("the job's own Service", resolved, 120)["reason"] == "PodsCreated"
+    try:
+        condition = kube.eventually("the job's own Service", resolved, 120)
+    except AssertionError as error:
+        # Once seen not to come (run u, at the end of the shared tests: nothing else
+        # running): the job, its children and the operator's log say where it stopped.
+        mine = [line for line in kube.operator_logs().splitlines()
+                if line.startswith("---") or namespace in line]
+        raise AssertionError(f"{error}\n{kube.describe(namespace, 'srj,services,pods')}\n"
+                             f"{srj(namespace, 'linear').get('status')}\n"
+                             + "\n".join(mine[-80:])) from error
+    assert condition["reason"] == "PodsCreated", condition
     ours = kube.kubectl_json("get", "service", "linear", "-n", namespace)
     assert ours["spec"]["clusterIP"] == "None"
     assert [r["kind"] for r in ours["metadata"]["ownerReferences"]] == ["SyncReplicasJob"]
