@@ -89,10 +89,10 @@ lint: venv
 # The cluster's tests need the cluster: bring it up (and down again at the end, unless it
 # was up before), and fail when stopping it leaves anything behind. Four nodes: the
 # node-fault test gives the operator's follower a node and each of the job's roles one.
-# MultiKueue's worker cluster is not brought up with it (MULTIKUEUE=manager): its one test
-# brings it up and takes it down (tests/cluster/test_multikueue.py), where it would have
-# stayed up idle through the whole run (0.05 of a core, about 1.4 core-minutes of a warm
-# run, beside the bring-up's work on the two cores).
+# MultiKueue's worker cluster is not brought up with it (MULTIKUEUE=manager): its half
+# comes up while the paired tests run, and its one test connects it and takes it down
+# (CLUSTER_TESTS, WORKER_FOR_TESTS below), where it would have stayed up idle through the
+# whole run (0.05 of a core, about 1.4 core-minutes of a warm run).
 # Work side by side where the two cores would otherwise wait: the cluster's binaries and
 # images (build-all.sh, after the host's packages: apt runs one at a time) build while the
 # venv is installed, and lint and docs (reports/lint.log, printed once the cluster is up)
@@ -291,8 +291,9 @@ chart: tools
 # MultiKueue's worker, to which Kueue here dispatches jobs of ClusterQueue multikueue
 # (install-multikueue.sh; its kubeconfig .cluster/worker/kubeconfig; `make cluster-down`
 # stops both); MULTIKUEUE=manager only this cluster's half, ready for a worker that
-# install-multikueue.sh brings up later (the chart's kueue.multiKueue). BUILT=1: build-all.sh has just run (make test); BUILD_STATUS=DIR with it: it
-# is still running (build-all.sh --status DIR), and the add-ons wait for it (images.sh).
+# install-multikueue.sh brings up later (the chart's kueue.multiKueue). BUILT=1:
+# build-all.sh has just run (make test); BUILD_STATUS=DIR with it: it is still running
+# (build-all.sh --status DIR), and the add-ons wait for it (images.sh).
 CLUSTER_ENV := $(if $(filter 1,$(KUEUE)),SYNCREPLICAS_KUEUE=1) \
 	$(if $(filter 1,$(MONITORING)),SYNCREPLICAS_MONITORING=1)
 BUILT_ENV = $(if $(filter 1,$(BUILT)),SYNCREPLICAS_IMAGES_BUILT=1 \
