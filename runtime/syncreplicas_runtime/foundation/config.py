@@ -29,6 +29,10 @@ STEP_DELAY_ENV = "SYNCREPLICAS_DEBUG_STEP_DELAY_MS"
 # A benchmark hook, not for production: PS 0 appends "global_step unix_time R" to this file
 # after every update (bench/elastic.py measures the gaps between updates with it).
 UPDATES_FILE_ENV = "SYNCREPLICAS_DEBUG_UPDATES_FILE"
+# A test hook, not for production: PS 0's sync loop stops iterating (it sleeps, as a run
+# that never returns would block it) once the global step reaches this value, in its first
+# sync epoch only: the loop's watchdog must notice and open a new epoch (ps/coordinator.py).
+STALL_AT_ENV = "SYNCREPLICAS_DEBUG_STALL_LOOP_AT_STEP"
 # This process's incarnation (docs/contract.md): a positive int64, higher for every newer
 # process of the same replica (the operator sets its clock in ms when it creates the pod).
 # Unset, the process's own start time in ms. The highest incarnation that joined a replica

@@ -22,6 +22,11 @@ An update is started only once every accumulator holds R_eff gradients, so no ta
 blocks with a stale count or is cancelled half-way (graph/training.py). Between updates the loop
 waits on the epoch's push queue, TICK_SECONDS at most, so a lost replica is noticed while
 every other one is blocked.
+
+A loop that gives no sign of life for LOOP_STALL_SECONDS outside an update (its runs between
+updates are reads of PS 0 and a wait bounded by TICK_SECONDS) is stuck in a run that does not
+return: the epoch's watch logs where it waits and ends the epoch, and the job goes on in a new
+one instead of waiting for the operator's stall timeout.
 """
 
 from __future__ import annotations
@@ -29,8 +34,10 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -38,7 +45,7 @@ from typing import Any
 import tensorflow as tf
 
 from ..foundation import exitcodes
-from ..foundation.config import UPDATES_FILE_ENV
+from ..foundation.config import STALL_AT_ENV, UPDATES_FILE_ENV
 from ..foundation.laps import Laps
 from ..foundation.phases import Phase
 from ..graph.seqlock import settle_seqlock
@@ -69,6 +76,8 @@ FINISH_WAIT_SECONDS = 30.0
 SILENCE_FLOOR_SECONDS = 2.0
 SILENCE_UPDATES = 20
 INTERVALS_KEPT = 50
+# The sync loop's silence, outside an update, after which its epoch ends (see above).
+LOOP_STALL_SECONDS = 15.0
 
 
 def live_replicas(beats: Sequence[float], now: float, last_update_at: float,
@@ -94,7 +103,7 @@ class Coordinator:
     """Runs the sync loop of one epoch on ``sess`` until ``stop`` is set or the epoch ends."""
 
     def __init__(self, ctx: Context, sess: Any, training: TrainingGraph,
-                 protocol: SyncProtocol) -> None:
+                 protocol: SyncProtocol, stall_at: int | None = None) -> None:
         cfg = ctx.cfg
         self.ctx, self.sess, self.training, self.protocol = ctx, sess, training, protocol
         self.held_since: float | None = None  # holding the updates for a handover since
@@ -106,6 +115,9 @@ class Coordinator:
         self.r_eff = self.r
         self.last_update_at = 0.0
         self.failure: str | None = None  # why the loop stopped before its epoch ended
+        self.beat = time.monotonic()  # the loop's last sign of life
+        self.updating = False         # in an update's run: its length is the model's
+        self.stall_at = stall_at  # the test hook (foundation/config.py's STALL_AT_ENV)
 
     def open(self, joined: int) -> None:
         """R back to replicasToAggregate and every heartbeat fresh (an elastic job's: every
@@ -129,8 +141,13 @@ class Coordinator:
         with open(path, "a", buffering=1) if path else contextlib.nullcontext() as updates:
             self._run(stop, e, wait, updates)
 
+    def stalled_for(self) -> float:
+        """Seconds since the loop's last sign of life outside an update (0 in one)."""
+        return 0.0 if self.updating else time.monotonic() - self.beat
+
     def _run(self, stop: threading.Event, e: Any, wait: Any, updates: Any) -> None:
         while not stop.is_set():
+            self.beat = time.monotonic()
             try:
                 try:
                     state = self.sess.run(e.wait_and_read, options=wait)
@@ -141,8 +158,15 @@ class Coordinator:
                 self.adjust(state)
                 if self.holding(bool(state["hold"]), int(state["global_step"])):
                     continue
+                if self.stall_at is not None and int(state["global_step"]) >= self.stall_at:
+                    stop.wait()  # the test hook: a run that never returns, until the epoch ends
+                    return
                 if int(min(state["counts"])) >= self.r_eff:
-                    _, at = self.sess.run([self.training.sync_op, e.updated_at])
+                    self.updating = True
+                    try:
+                        _, at = self.sess.run([self.training.sync_op, e.updated_at])
+                    finally:
+                        self.beat, self.updating = time.monotonic(), False
                     self.intervals.append(max(0.0, float(at) - self.last_update_at))
                     self.last_update_at = float(at)
                     if updates is not None:
@@ -291,7 +315,9 @@ def sync_epoch(ctx: Context, protocol: SyncProtocol, first: bool) -> str:
             joined = wait_for_replicas(ctx, protocol, epoch, REJOIN_GATE_SECONDS, expected,
                                        quorum=min(cfg.replicas_to_aggregate, len(expected)))
         laps.lap("replicas")
-        coordinator = Coordinator(ctx, sess, training, protocol)
+        stall_at = os.environ.get(STALL_AT_ENV, "")
+        coordinator = Coordinator(ctx, sess, training, protocol,
+                                  int(stall_at) if first and stall_at.isdigit() else None)
         coordinator.open(joined)
         sess.run(training.gate_tokens_op)
         loop = threading.Thread(target=coordinator.run, args=(stop,), name="sync", daemon=True)
@@ -302,7 +328,7 @@ def sync_epoch(ctx: Context, protocol: SyncProtocol, first: bool) -> str:
         laps.lap("gate")
         ctx.log(f"gate open: sync epoch {epoch:x} running from global step {step} "
                 f"at unix time {time.time():.3f} ({laps} after it was opened)")
-        return watch_epoch(ctx, protocol, sess, training, loop, stop)
+        return watch_epoch(ctx, protocol, sess, training, (loop, coordinator), stop)
     finally:
         stop.set()
         close_quietly(sess)
@@ -348,9 +374,10 @@ def wait_for_replicas(ctx: Context, protocol: SyncProtocol, epoch: int, limit: f
 
 
 def watch_epoch(ctx: Context, protocol: SyncProtocol, sess: Any, training: TrainingGraph,
-                loop: threading.Thread, stop: threading.Event) -> str:
-    """While the epoch runs: end it at maxSteps, or when a PS or the loop is lost. Logs
-    every change of an elastic job's members (workers joining and leaving)."""
+                sync: tuple[threading.Thread, Coordinator], stop: threading.Event) -> str:
+    """While the epoch runs: end it at maxSteps, or when a PS or the loop is lost or stuck.
+    Logs every change of an elastic job's members (workers joining and leaving)."""
+    loop, coordinator = sync
     seen: list[int] | None = None
     while True:
         time.sleep(WATCH_SECONDS)
@@ -367,12 +394,27 @@ def watch_epoch(ctx: Context, protocol: SyncProtocol, sess: Any, training: Train
             stop.set()
             return finish(ctx, protocol, sess, training, step)
         protocol.probe()
-        missing = sess.run(training.report_uninitialized)
+        # Bounded, like every run of this watch: it must see a stuck loop (DeadlineExceeded
+        # ends the epoch, as a lost PS does).
+        missing = sess.run(training.report_uninitialized, options=tf.compat.v1.RunOptions(
+            timeout_in_ms=int(LOOP_STALL_SECONDS * 1000)))
         if len(missing):
             return (f"a PS lost its variables ({len(missing)} missing, e.g. "
                     f"{missing[0].decode()})")
         if not loop.is_alive():
             return "the sync loop stopped"
+        if (silent := coordinator.stalled_for()) > LOOP_STALL_SECONDS:
+            ctx.log(f"sync loop stuck: no sign of life for {silent:.0f}s outside an update, "
+                    f"at global step {step}; it waits in:\n{stack_of(loop)}")
+            return f"the sync loop was stuck for {silent:.0f}s"
+
+
+def stack_of(thread: threading.Thread, frames: int = 10) -> str:
+    """The innermost ``frames`` of a running thread's Python stack."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    if frame is None:
+        return "  (the thread is gone)"
+    return "".join(traceback.format_stack(frame)[-frames:]).rstrip()
 
 
 def sample_loop(ctx: Context, sess: Any, training: TrainingGraph, stop: threading.Event) -> None:

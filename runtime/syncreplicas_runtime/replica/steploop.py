@@ -12,6 +12,9 @@ from ..process.context import Context
 from ..process.exits import Exit
 from ..sync.protocol import POLL, REJOIN_GATE_SECONDS, SyncProtocol
 
+# How often a replica waiting for the update of its earlier gradient looks at the epoch.
+EPOCH_LOOK_SECONDS = 0.5
+
 
 class EpochEnded(Exception):
     """The current sync epoch ended under this replica (reason in args)."""
@@ -64,9 +67,16 @@ class StepLoop:
 
     def wait_handed_out(self, step: int) -> None:
         """Until PS 0 handed out the tokens of the update of ``step`` (the watchdog bounds
-        it: that update needs the other replicas, as a take of its token would)."""
+        it: that update needs the other replicas, as a take of its token would); EpochEnded
+        when a new sync epoch is opened meanwhile: that update will never be made."""
+        protocol = self.ctx.protocol
+        look_at = time.monotonic() + EPOCH_LOOK_SECONDS
         while int(self.sess.run(self.training.handed_out)) <= step:
             check_leaving(self.ctx)
+            if protocol is not None and time.monotonic() >= look_at:
+                look_at = time.monotonic() + EPOCH_LOOK_SECONDS
+                if protocol.state().epoch != self.training.epoch:
+                    raise EpochEnded("a new sync epoch was opened")
             time.sleep(POLL)
 
     def debug_delay(self) -> float:
