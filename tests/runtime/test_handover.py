@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tests.runtime.rtutil import StepDelay, linear_job, runtime_env
-from tests.runtime.test_training import reference_sgd
+from tests.runtime.test_training import assert_plain_sgd
 from tests.support.tfcluster import LocalCluster, metric_value, start_cluster
 
 HANG_GUARD = 120.0
@@ -151,13 +151,7 @@ def test_a_ps_at_sigterm_hands_over_and_loses_no_update_sigkill_loses_some(
     print("\n".join(report))
     print(f"updates held at {held}")
 
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(str(ckpt))
-    assert int(reader.get_tensor("global_step")) == steps
-    w_ref, b_ref, _ = reference_sgd(0, 1, steps, 8, 4, lr)
-    np.testing.assert_allclose(reader.get_tensor("linear/w"), w_ref, rtol=1e-4, atol=1e-5)
-    assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
+    assert_plain_sgd(ckpt, steps, lr)
 
 
 LEFT_RE = re.compile(r"left the job \(after its step; SIGTERM: stopped\) at global step (\d+) "
@@ -225,13 +219,7 @@ def test_a_worker_at_sigterm_leaves_at_once_and_exits_143(tmp_path: Path) -> Non
         longest, median, steady, took)
     assert f"finished at global step {steps}" in cluster.log("chief", 0), logs
 
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(str(ckpt))
-    assert int(reader.get_tensor("global_step")) == steps
-    w_ref, b_ref, _ = reference_sgd(0, 1, steps, 8, 4, lr)
-    np.testing.assert_allclose(reader.get_tensor("linear/w"), w_ref, rtol=1e-4, atol=1e-5)
-    assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
+    assert_plain_sgd(ckpt, steps, lr)
 
 
 SIGTERM_CHECKPOINT_RE = re.compile(r"SIGTERM: checkpoint at global step (\d+) with the updates "

@@ -36,6 +36,19 @@ def reference_sgd(seed: int, replicas: int, steps: int, batch: int, dim: int, lr
     return w, b, losses
 
 
+def assert_plain_sgd(ckpt: Path, steps: int, lr: float) -> None:
+    """The checkpoint in ``ckpt`` is at global step ``steps`` with plain SGD's weights: with
+    tests/runtime/samebatch.py (one batch per step for every replica), every step was
+    applied exactly once, whatever restores and restarts happened on the way."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(ckpt))
+    assert int(reader.get_tensor("global_step")) == steps
+    w_ref, b_ref, _ = reference_sgd(0, 1, steps, 8, 4, lr)
+    np.testing.assert_allclose(reader.get_tensor("linear/w"), w_ref, rtol=1e-4, atol=1e-5)
+    assert float(reader.get_tensor("linear/b")) == pytest.approx(b_ref, rel=1e-4, abs=1e-5)
+
+
 def test_linear_reaches_max_steps_matches_single_process_and_everyone_exits_zero(
         tmp_path: Path) -> None:
     steps, lr = 30, 0.05
