@@ -104,8 +104,9 @@ lint: venv
 #   cluster  first the tests that need the cluster alone (marked exclusive: node faults,
 #            the operator's hand-overs, a setting of every job, the RBAC run's forty
 #            operators, the 200-worker job), one at a time but the two marked paired,
-#            which run beside each other: they mostly wait on the cluster's own timers,
-#            so the local lane has the cores they leave; then the
+#            which run beside each other and test_api.py (marked api_only): they mostly
+#            wait on the cluster's own timers, so the local lane has the cores they
+#            leave; then the
 #            tests that share the cluster, CLUSTER_WORKERS at a time (pytest-xdist; 1:
 #            one after another, no xdist), each in namespaces of its own, the longest
 #            files first;
@@ -165,12 +166,14 @@ PYTEST_CLUSTER = SYNCREPLICAS_REQUIRE_CLUSTER=1 SYNCREPLICAS_FAILURES_LOG=$(CURD
 	$(PY) -m pytest -p no:cacheprovider --tb=short
 # The cluster's tests as both targets run them: the exclusive ones, the two of them also
 # marked paired beside each other (a real node crashed; 200 pods on hollow nodes: their
-# faults and load never reach each other's pods), then the shared ones (the shell's rc: 0
-# when all passed).
+# faults and load never reach each other's pods) and beside test_api.py's verdicts of the
+# API server (marked api_only: no pod), which would otherwise take the shared tests' cores
+# (0.8 core-min, 90-160 s of a worker) while the paired two leave a third of them idle;
+# then the shared ones (the shell's rc: 0 when all passed).
 CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'exclusive and not paired' \
 		--junitxml=reports/junit-cluster-exclusive.xml; rc=$$?; \
 	worker=; $(WORKER_UP) || { $(WORKER_FOR_TESTS) >$(WORKER_LOG) 2>&1 & worker=$$!; }; \
-	$(PYTEST_CLUSTER) tests/cluster -m paired -n 2 --dist loadgroup \
+	$(PYTEST_CLUSTER) tests/cluster -m 'paired or api_only' -n 3 --dist loadgroup \
 		--junitxml=reports/junit-cluster-paired.xml || rc=1; \
 	[ -z "$$worker" ] || wait $$worker || sed 's/^/[worker] /' $(WORKER_LOG); \
 	workers=$(CLUSTER_WORKERS); if [ $$workers -gt $(CLUSTER_WORKERS_BESIDE_LOCAL) ] && \
@@ -178,7 +181,7 @@ CLUSTER_TESTS = $(PYTEST_CLUSTER) tests/cluster -m 'exclusive and not paired' \
 		workers=$(CLUSTER_WORKERS_BESIDE_LOCAL); \
 		echo "(the local lane still runs: the shared tests $$workers at a time)"; fi; \
 	SYNCREPLICAS_WORKER_FOR_TESTS=$${worker:+1} \
-	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive' $(CLUSTER_SHARED) \
+	$(PYTEST_CLUSTER) tests/cluster -m 'not exclusive and not api_only' $(CLUSTER_SHARED) \
 		--junitxml=reports/junit-cluster-shared.xml || rc=1
 # MultiKueue's worker cluster, when none runs, is brought up (install-multikueue.sh
 # --worker: nothing of this cluster's) while the paired two run: they mostly wait on the

@@ -14,9 +14,11 @@ operators or load the API server with a 200-worker job; they run one at a time w
 nothing else on the cluster (`-m exclusive`, no `-n`; `make test` runs them first, beside
 the local lane, which takes the cores they leave while they wait on the cluster's
 timers), and refuse to run in a run of several workers. Two of them, marked `paired` too,
-`make test` runs beside each other and nothing else (`-m paired -n 2`): one crashes a
-real node, the other's 200 pods are all on hollow nodes. With several workers the longest
-files are handed out first, so that no long one starts last.
+`make test` runs beside each other and beside the tests marked `api_only` only (`-m
+'paired or api_only' -n 3`): one crashes a real node, the other's 200 pods are all on
+hollow nodes, and test_api.py's jobs are suspended or refused (the API server's verdicts,
+no pod). With several workers the longest files are handed out first, so that no long one
+starts last.
 
 A failed test's report says how the API server answered /readyz just after (beside
 tests/conftest.py's look at the machine): slow, refusing or not at all.
@@ -133,15 +135,20 @@ def namespace(cluster_up: None, request: pytest.FixtureRequest) -> Iterator[str]
     kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
+# The runs in which the paired two may have company: each other, and the tests marked
+# api_only (make test: `-m 'paired or api_only' -n 3`).
+PAIRED_RUNS = ("paired", "paired or api_only")
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
-    if item.get_closest_marker("paired") and workers in ("1", "2") and str(
-            item.config.getoption("markexpr", "")).strip() == "paired":  # fmt: skip
-        return  # -m paired -n 2: the two beside each other, and nothing else
+    if item.get_closest_marker("paired") and workers in ("1", "2", "3") and str(
+            item.config.getoption("markexpr", "")).strip() in PAIRED_RUNS:  # fmt: skip
+        return  # the two beside each other, and nothing else but the API server's tests
     if item.get_closest_marker("exclusive") and workers != "1":
         pytest.fail("this test needs the cluster alone: run it with -m exclusive and without "
-                    "-n (the others: -m 'not exclusive' -n N; the paired two: -m paired "
-                    "-n 2)", pytrace=False)
+                    "-n (the others: -m 'not exclusive' -n N; the paired two: -m "
+                    f"'{PAIRED_RUNS[-1]}' -n 3)", pytrace=False)
 
 
 @pytest.hookimpl(hookwrapper=True)
