@@ -8,10 +8,16 @@ cluster`, its delay read from a file on the machine and changed in turn (interle
 and the CPU its processes used (utime + stime from /proc, every process of the job's
 namespace that runs the runtime: the pods' share of the machine).
 
-    .venv/bin/python bench/jobpace.py [--delays 0,25,100,200] [--repeats 3]
+Before those rounds, what the job's start costs: ``--starts`` jobs, one after another,
+each in a namespace of its own, from `kubectl apply` until its first update (global step
+1: every replica's container has imported TensorFlow, built its graph and joined): the CPU
+of the job's runtime processes by then, in all and per container.
 
-Prints one row per delay: steps/s and cores (median and max over the rounds), and CPU
-milliseconds per step.
+    .venv/bin/python bench/jobpace.py [--delays 0,25,100,200] [--repeats 3] [--starts 3]
+
+Prints what a start costs (median and max), then one row per delay: steps/s and cores
+(median and max over the rounds), and CPU milliseconds per step. A delay far above a
+step's own time (3000) gives what the job costs while it waits.
 """
 
 from __future__ import annotations
@@ -49,15 +55,38 @@ def job_cpu_seconds(namespace: str) -> float:
     return total
 
 
+def start_cost(shared: Path) -> tuple[float, int]:
+    """CPU seconds of a new job's runtime processes from its apply until its first update
+    (global step 1), and how many containers it runs."""
+    namespace = f"bench-start-{uuid.uuid4().hex[:5]}"
+    kube.kubectl("create", "namespace", namespace)
+    try:
+        kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job(shared)))
+        kube.eventually("the first update", lambda: step_of(namespace, f"{JOB}-chief-0") >= 1,
+                        300, interval=0.5)  # fmt: skip
+        return job_cpu_seconds(namespace), len(kube.runtime_processes(namespace))
+    finally:
+        kube.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--delays", default="0,25,100,200")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--starts", type=int, default=3)
     args = parser.parse_args()
     delays = [int(d) for d in args.delays.split(",")]
     if not kube.is_up():
         print("no cluster: make cluster", file=sys.stderr)
         return 1
+    starts = [start_cost(shared_dir(Path(tempfile.mkdtemp()), delay_ms=delays[0]))
+              for _ in range(args.starts)]  # fmt: skip
+    if starts:
+        cpu = [c for c, _ in starts]
+        per = [c / n for c, n in starts if n]
+        print(f"a start (apply to the first update), {len(starts)} jobs of "
+              f"{starts[0][1]} containers: {statistics.median(cpu):.1f} core-s "
+              f"({max(cpu):.1f}), {statistics.median(per):.1f} ({max(per):.1f}) a container")
     namespace = f"bench-pace-{uuid.uuid4().hex[:5]}"
     kube.kubectl("create", "namespace", namespace)
     shared = shared_dir(Path(tempfile.mkdtemp()), delay_ms=delays[0])
