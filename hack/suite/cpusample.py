@@ -21,7 +21,8 @@ start. The machine's own total
 (/proc/stat) is the check: what no process accounts for is shown as such. The jobs'
 TensorFlow processes are also summed by the namespace their pod runs in (its
 SYNCREPLICAS_NAMESPACE; a cluster test's namespace is named after the test), so the table
-says which tests' jobs cost the most.
+says which tests' jobs cost the most. The machine's busy time is also kept at each look:
+the table ends with where it waited (busytime.py), minute by minute and by stage.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from busytime import over_time, stages
 
 TF_PODS = "jobs' TensorFlow processes (pods)"
 WORKER_CLUSTER = "MultiKueue worker cluster (control plane, node daemons)"
@@ -309,12 +313,15 @@ def sample(out: Path) -> None:
     accounting = set_acct(acct)
     book = Book(boot_time())
     started, machine_at_start = time.time(), machine_cpu()
+    timeline = [(0.0, 0.0)]  # (seconds since the start, the machine's busy seconds since it)
     book.look(first=True)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     while not stop:
         time.sleep(INTERVAL)
         book.look()
+        timeline.append((round(time.time() - started, 1),
+                         round(machine_cpu() - machine_at_start, 2)))  # fmt: skip
     book.look()
     if accounting:
         set_acct(None)
@@ -343,7 +350,8 @@ def sample(out: Path) -> None:
             pid, comm, ppid, born)
     result = {"seconds": time.time() - started, "machine": machine_cpu() - machine_at_start,
               "accounting": accounting, "components": totals,
-              "namespaces": namespaces}  # fmt: skip
+              "namespaces": namespaces, "started": started, "timeline": timeline,
+              "stages": stages(out, started)}  # fmt: skip
     (out / "cpu.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     (out / "cpu.txt").write_text(table(result))
     acct.unlink(missing_ok=True)
@@ -370,7 +378,8 @@ def table(result: dict[str, object]) -> str:
                  f"{rest / max(machine, 1):>6.1%}")  # fmt: skip
     if not result.get("accounting"):
         lines.append("(no process accounting here: processes that exited unseen are missing)")
-    return "\n".join(lines + by_namespace(result.get("namespaces") or {})) + "\n"  # type: ignore[arg-type]
+    return "\n".join(lines + by_namespace(result.get("namespaces") or {})  # type: ignore[arg-type]
+                     + over_time(result)) + "\n"
 
 
 def by_namespace(namespaces: dict[str, float]) -> list[str]:

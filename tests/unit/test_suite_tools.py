@@ -4,8 +4,10 @@ process, and the slowest tests read back from JUnit XML."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import struct
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
@@ -237,3 +239,33 @@ def test_the_worker_clusters_daemons_are_its_own_when_a_cluster_test_brings_it_u
     book.add(32, seen("kubectl", "kubectl apply -f -", 30, 4))
     assert book.group(31) == cpusample.WORKER_CLUSTER
     assert book.group(32) == "cluster tests: kubectl"
+
+
+def test_the_table_says_where_the_machine_waited(tmp_path: Path) -> None:
+    busytime = load("busytime")
+    cores = os.cpu_count() or 1
+    # Busy on every core for 2 minutes, then idle for one, then half busy for 30 s.
+    timeline = [[t, t * cores] for t in range(0, 121, 3)]
+    timeline += [[t, 120.0 * cores] for t in range(123, 181, 3)]
+    timeline += [[t, 120.0 * cores + (t - 180) * cores / 2] for t in range(183, 211, 3)]
+    timeline.append([210, 120.0 * cores + 15 * cores])
+    started = 1_800_000_000.0
+    for name, offset, took in (("local", 0.0, 120.0), ("cluster-shared", 120.0, 90.0)):
+        stamp = datetime.fromtimestamp(started + offset, UTC).isoformat()
+        (tmp_path / f"junit-{name}.xml").write_text(
+            f'<testsuites><testsuite time="{took}" timestamp="{stamp}"/></testsuites>')
+    (tmp_path / "junit-broken.xml").write_text("<testsuites>")
+    spans = busytime.stages(tmp_path, started)
+    assert spans == {"local": (0.0, 120.0), "cluster-shared": (120.0, 210.0)}
+    lines = busytime.over_time({"timeline": timeline, "stages": spans})
+    idle = (210 - 135) * cores / 60
+    assert f"({idle:.1f} core-min idle in all)" in lines[1]
+    assert lines[3].split()[2:] == ["100%", "100%", "0%", "50%"]  # the last minute's 30 s
+    rows = {line.split()[0]: line.split()[1:] for line in lines[6:]}
+    assert rows["local"] == ["0.0", "2.0", "100%", "0.0"]
+    assert rows["cluster-shared"][2:] == ["17%", f"{(90 - 15) * cores / 60:.1f}"]
+    assert busytime.over_time({"timeline": [[0, 0]]}) == []
+    # A stage outside the sampler's run is left out; one that began before it, cut.
+    spans = {"before": (-100.0, -10.0), "across": (-60.0, 60.0)}
+    lines = busytime.over_time({"timeline": timeline, "stages": spans})
+    assert [line.split()[:3] for line in lines[6:]] == [["across", "0.0", "1.0"]]
